@@ -1,0 +1,115 @@
+// Package modules loads Keel's plugins the way a kernel loads modules
+// (kld style): modules register at compile time from init(), declare
+// versioned hard dependencies and soft ordering, are reference-counted,
+// refuse an unsafe unload, and emit Loaded/Unloading/Unloaded events.
+package modules
+
+import (
+	"context"
+	"errors"
+	"time"
+)
+
+// Kind classifies a module.
+type Kind string
+
+// Kinds.
+const (
+	KindCryptoProvider Kind = "crypto-provider"
+	KindEngine         Kind = "engine"
+	KindService        Kind = "service"
+)
+
+// Dependency is a hard dependency (MODULE_DEPEND): the named module must be
+// loaded first, with Min <= version <= Max (Max 0 means no upper bound).
+// Preferred is informational, as in FreeBSD.
+type Dependency struct {
+	Name      string
+	Min       int
+	Preferred int
+	Max       int
+}
+
+// Module is a module descriptor, registered once from init().
+type Module struct {
+	Name    string
+	Version int // MODULE_VERSION
+	Kind    Kind
+	Depends []Dependency
+	// Pre orders this module after the named modules when they are loaded
+	// in the same call or already loaded; it never pulls them in
+	// (modprobe softdep "pre:").
+	Pre []string
+	// Post orders this module before the named modules under the same
+	// conditions (softdep "post:").
+	Post []string
+	// Description is a one-line summary for kldstat-like output.
+	Description string
+	// Load is called once when the module is loaded. The ctx is the one
+	// given to Loader.Load, so hooks can find their environment in it
+	// (e.g. crypto.FromContext). An error aborts the load.
+	Load func(ctx context.Context) error
+	// Unload is called once before the module leaves. Returning an error
+	// wrapping ErrBusy refuses the unload (unless forced).
+	Unload func(ctx context.Context) error
+}
+
+// State is a module's lifecycle state.
+type State string
+
+// States.
+const (
+	StateLoading   State = "loading"
+	StateLoaded    State = "loaded"
+	StateUnloading State = "unloading"
+	StateUnloaded  State = "unloaded"
+	StateFailed    State = "failed"
+)
+
+// EventType is the kind of Event.
+type EventType int
+
+// Event types.
+const (
+	Loaded EventType = iota + 1
+	Unloading
+	Unloaded
+)
+
+// Event reports a module state change. Events are delivered to each
+// subscriber in the order they happened, none lost.
+type Event struct {
+	Type    EventType
+	Module  string
+	Kind    Kind
+	Version int
+	Time    time.Time
+	// Snapshot is true for the synthetic Loaded events a late subscriber
+	// asked for to learn the current state.
+	Snapshot bool
+}
+
+// Stat is one kldstat-like row.
+type Stat struct {
+	ID        int
+	Refs      int
+	Name      string
+	Version   int
+	Kind      Kind
+	State     State
+	LoadedAt  time.Time
+	DependsOn []string
+	// Holders are the loaded modules that depend on this one.
+	Holders []string
+}
+
+// Sentinel errors, checked with errors.Is.
+var (
+	ErrUnknown     = errors.New("unknown module")
+	ErrVersion     = errors.New("module version mismatch")
+	ErrCycle       = errors.New("module dependency cycle")
+	ErrBusy        = errors.New("module busy")
+	ErrExist       = errors.New("module already loaded") // informational, like EEXIST
+	ErrNotLoaded   = errors.New("module not loaded")
+	ErrLoadFailed  = errors.New("module load failed")
+)
