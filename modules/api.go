@@ -49,15 +49,19 @@ type Module struct {
 	// given to Loader.Load, so hooks can find their environment in it
 	// (e.g. crypto.FromContext). An error aborts the load.
 	Load func(ctx context.Context) error
-	// Unload is called once before the module leaves. Returning an error
-	// wrapping ErrBusy refuses the unload (unless forced).
+	// Unload is called once before the module leaves, after subscribers
+	// were sent Unloading. Returning an error refuses the unload unless it
+	// is forced; wrap ErrBusy to say the module is in use (Loader.Unload
+	// then returns a *BusyError). Nil hooks do nothing.
 	Unload func(ctx context.Context) error
 }
 
 // State is a module's lifecycle state.
 type State string
 
-// States.
+// States. Stat rows show StateLoading, StateLoaded or StateUnloading: a
+// module leaves the table when it is unloaded or its load fails, so
+// StateUnloaded and StateFailed are only for callers' own displays.
 const (
 	StateLoading   State = "loading"
 	StateLoaded    State = "loaded"
@@ -87,11 +91,21 @@ type Event struct {
 	// Snapshot is true for the synthetic Loaded events a late subscriber
 	// asked for to learn the current state.
 	Snapshot bool
+	// Forced is true on the Unloading and Unloaded events of a forced
+	// unload (Unload with Force, or a dependent removed by one).
+	Forced bool
+	// Aborted is true on a Loaded event that follows an Unloading event
+	// when the unload was refused (the Unload hook failed): the module is
+	// still loaded and usable.
+	Aborted bool
 }
 
-// Stat is one kldstat-like row.
+// Stat is one kldstat-like row (see Loader.Stat).
 type Stat struct {
-	ID        int
+	// ID is assigned increasingly as modules are loaded, never reused.
+	ID int
+	// Refs is 1 for the user reference (Explicit) plus one per loaded or
+	// loading module that depends on this one.
 	Refs      int
 	Name      string
 	Version   int
@@ -99,17 +113,24 @@ type Stat struct {
 	State     State
 	LoadedAt  time.Time
 	DependsOn []string
-	// Holders are the loaded modules that depend on this one.
+	// Holders are the loaded (or loading) modules that depend on this one,
+	// sorted.
 	Holders []string
+	// Explicit is true when the module was requested by name (Load,
+	// LoadList) rather than only pulled in as a dependency; it then holds
+	// one of Refs.
+	Explicit bool
+	// Description is the module's one-line summary.
+	Description string
 }
 
 // Sentinel errors, checked with errors.Is.
 var (
-	ErrUnknown     = errors.New("unknown module")
-	ErrVersion     = errors.New("module version mismatch")
-	ErrCycle       = errors.New("module dependency cycle")
-	ErrBusy        = errors.New("module busy")
-	ErrExist       = errors.New("module already loaded") // informational, like EEXIST
-	ErrNotLoaded   = errors.New("module not loaded")
-	ErrLoadFailed  = errors.New("module load failed")
+	ErrUnknown    = errors.New("unknown module")
+	ErrVersion    = errors.New("module version mismatch")
+	ErrCycle      = errors.New("module dependency cycle")
+	ErrBusy       = errors.New("module busy")
+	ErrExist      = errors.New("module already loaded") // informational, like EEXIST
+	ErrNotLoaded  = errors.New("module not loaded")
+	ErrLoadFailed = errors.New("module load failed")
 )
