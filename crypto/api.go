@@ -14,6 +14,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 )
 
 // Cipher names the confidentiality transform of an Algorithm.
@@ -111,8 +112,24 @@ type Request struct {
 	fw requestState
 }
 
-// Reset clears a request for reuse from a pool.
+// Reset clears a request for reuse from a pool. It must not be called while
+// the request is submitted.
 func (r *Request) Reset() { *r = Request{} }
+
+var requestPool = sync.Pool{New: func() any { return new(Request) }}
+
+// GetRequest returns a zeroed Request from a process-wide pool. It does not
+// allocate in steady state. Safe for concurrent use.
+func GetRequest() *Request { return requestPool.Get().(*Request) }
+
+// PutRequest resets r and returns it to the pool. The caller must own r (it
+// has been delivered to a CompletionFunc, or was never submitted) and must
+// not use it afterwards. A request whose Err wraps ErrAbandoned must not be
+// returned to the pool.
+func PutRequest(r *Request) {
+	r.Reset()
+	requestPool.Put(r)
+}
 
 // CompletionFunc receives completed requests. A provider calls it from any
 // goroutine, with each submitted request exactly once, in any order and in
@@ -190,6 +207,16 @@ var (
 	ErrDeviceGone  = errors.New("crypto: device gone")
 	ErrTimeout     = errors.New("crypto: request timed out")
 	ErrQuarantined = errors.New("crypto: provider quarantined")
+	// ErrInvalidRequest marks a request that is malformed for its session
+	// (wrong IV, ICV or block length). Providers complete such a request
+	// with StatusError and an Err wrapping ErrInvalidRequest; the framework
+	// then delivers it as failed instead of treating it as a provider fault.
+	ErrInvalidRequest = errors.New("crypto: invalid request")
+	// ErrAbandoned marks a request that a broken provider never released:
+	// its session's Close gave up waiting for it. The provider may still
+	// write into the request's buffers later, so the owner must not reuse
+	// (recycle) Data, ICV or the Request itself.
+	ErrAbandoned = errors.New("crypto: request abandoned by a hung provider")
 )
 
 // IsAEAD reports whether the cipher authenticates by itself.

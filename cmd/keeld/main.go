@@ -1,0 +1,327 @@
+// Command keeld boots a Keel appliance: it reads rc.conf and rc.d from a
+// root (the repository's etc/ when run from it, an embedded copy
+// otherwise), starts the services in dependency order, supervises them
+// and serves the control API that keelctl talks to.
+//
+//	go run ./cmd/keeld              # boot the default appliance
+//	keeld --root / --socket /run/keel/keeld.sock
+//
+// Settings come from flags, KEEL_* environment variables (KEEL_ROOT,
+// KEEL_SOCKET, KEEL_RUNTIME_DIR, KEEL_LOG_FORMAT, KEEL_CALIBRATION_BUDGET,
+// KEEL_CONTROL_GROUP) and an optional config file (--config, YAML/TOML/JSON).
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"os/user"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/spf13/cobra"
+	"github.com/spf13/viper"
+
+	"github.com/keelinit/keel/etc"
+	"github.com/keelinit/keel/services"
+	"github.com/keelinit/keel/services/api"
+)
+
+// settings are keeld's own settings (not the appliance's, which live in
+// rc.conf).
+type settings struct {
+	Root              string        // host directory holding etc/; "" means auto
+	RuntimeDir        string        // sockets, pidfiles, logs
+	Socket            string        // control socket
+	LogFormat         string        // auto, text, json, journal
+	LogLevel          string        // debug, info, warn, error
+	CalibrationBudget time.Duration // per crypto provider
+	ControlGroup      string        // group allowed to change state
+}
+
+func main() {
+	if err := rootCmd().Execute(); err != nil {
+		fmt.Fprintln(os.Stderr, "keeld:", err)
+		os.Exit(1)
+	}
+}
+
+func rootCmd() *cobra.Command {
+	v := viper.New()
+	cmd := &cobra.Command{
+		Use:           "keeld",
+		Short:         "Boot and supervise a Keel appliance",
+		SilenceUsage:  true,
+		SilenceErrors: true,
+		Args:          cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			s, err := loadSettings(v)
+			if err != nil {
+				return err
+			}
+			return run(cmd.Context(), s)
+		},
+	}
+	f := cmd.Flags()
+	f.String("config", "", "optional keeld config file (yaml, toml or json)")
+	f.String("root", "", "root directory holding etc/ (default: ./etc when it exists, else the embedded appliance)")
+	f.String("runtime-dir", "", "runtime directory for sockets, pidfiles and logs (default "+services.DefaultRuntimeDir()+")")
+	f.String("socket", "", "control socket path (default <runtime-dir>/"+services.SocketName+")")
+	f.String("log-format", "auto", "log format: auto, text, json or journal")
+	f.String("log-level", "info", "log level: debug, info, warn or error")
+	f.Duration("calibration-budget", 20*time.Millisecond, "crypto calibration time per provider")
+	f.String("control-group", "", "group (name or gid) allowed to change state through the control socket")
+	for _, name := range []string{"root", "runtime-dir", "socket", "log-format", "log-level", "calibration-budget", "control-group"} {
+		_ = v.BindPFlag(name, f.Lookup(name))
+	}
+	_ = v.BindPFlag("config", f.Lookup("config"))
+	v.SetEnvPrefix("KEEL")
+	v.SetEnvKeyReplacer(strings.NewReplacer("-", "_"))
+	v.AutomaticEnv()
+	cmd.AddCommand(syslogdCmd())
+	return cmd
+}
+
+func loadSettings(v *viper.Viper) (settings, error) {
+	if cf := v.GetString("config"); cf != "" {
+		v.SetConfigFile(cf)
+		if err := v.ReadInConfig(); err != nil {
+			return settings{}, fmt.Errorf("config %s: %w", cf, err)
+		}
+	}
+	s := settings{
+		Root:              v.GetString("root"),
+		RuntimeDir:        v.GetString("runtime-dir"),
+		Socket:            v.GetString("socket"),
+		LogFormat:         v.GetString("log-format"),
+		LogLevel:          v.GetString("log-level"),
+		CalibrationBudget: v.GetDuration("calibration-budget"),
+		ControlGroup:      v.GetString("control-group"),
+	}
+	if s.RuntimeDir == "" {
+		s.RuntimeDir = services.DefaultRuntimeDir()
+	}
+	if s.Socket == "" {
+		s.Socket = filepath.Join(s.RuntimeDir, services.SocketName)
+	}
+	if s.CalibrationBudget <= 0 {
+		return s, fmt.Errorf("calibration-budget must be positive, got %v", s.CalibrationBudget)
+	}
+	return s, nil
+}
+
+// resolveRoot picks the configuration root: --root, else the working
+// directory when it holds etc/rc.d (running from the repository), else
+// the embedded appliance.
+func resolveRoot(s settings) (fsys fs.FS, dir, desc string, err error) {
+	if s.Root != "" {
+		abs, err := filepath.Abs(s.Root)
+		if err != nil {
+			return nil, "", "", err
+		}
+		if _, err := os.Stat(filepath.Join(abs, "etc")); err != nil {
+			return nil, "", "", fmt.Errorf("root %s: %w", abs, err)
+		}
+		return os.DirFS(abs), abs, abs, nil
+	}
+	if wd, err := os.Getwd(); err == nil {
+		if fi, err := os.Stat(filepath.Join(wd, services.RCDir)); err == nil && fi.IsDir() {
+			return os.DirFS(wd), wd, wd + " (working directory)", nil
+		}
+	}
+	return etc.Root(), "", "embedded default appliance", nil
+}
+
+func controlGID(g string) (int, error) {
+	if g == "" {
+		return -1, nil
+	}
+	if n, err := strconv.Atoi(g); err == nil {
+		return n, nil
+	}
+	grp, err := user.LookupGroup(g)
+	if err != nil {
+		return -1, fmt.Errorf("control-group: %w", err)
+	}
+	return strconv.Atoi(grp.Gid)
+}
+
+func run(ctx context.Context, s settings) error {
+	t0 := time.Now()
+	log, err := newLogger(s.LogFormat, s.LogLevel, t0)
+	if err != nil {
+		return err
+	}
+	slog.SetDefault(log)
+	sd := newSystemd(log)
+	if err := os.MkdirAll(s.RuntimeDir, 0o755); err != nil {
+		return fmt.Errorf("runtime dir: %w", err)
+	}
+	gid, err := controlGID(s.ControlGroup)
+	if err != nil {
+		return err
+	}
+	root, rootDir, desc, err := resolveRoot(s)
+	if err != nil {
+		return err
+	}
+	self, _ := os.Executable()
+	log.Info(fmt.Sprintf("keeld %d starting: root %s, runtime %s, uid %d", os.Getpid(), desc, s.RuntimeDir, os.Getuid()))
+
+	sys := newSubsystems(s, log)
+	mgr, err := services.New(services.Options{
+		Root: root, RootDir: rootDir, RuntimeDir: s.RuntimeDir, Logger: log,
+		Seed: map[string]string{
+			"keel_self": self, "keel_runtime_dir": s.RuntimeDir, "keel_root": rootDir,
+			"keel_uid": strconv.Itoa(os.Getuid()),
+		},
+		Builtins:    sys.Builtins(),
+		LoadModules: sys.LoadModules,
+		OnProgress: func(done, total int, name string) {
+			sd.progress(done, total, name)
+		},
+	})
+	if err != nil {
+		return err
+	}
+
+	// Control socket: socket-activated when systemd passed one, else ours.
+	l, activated, err := controlListener(s.Socket, gid)
+	if err != nil {
+		mgr.Shutdown(context.Background())
+		return err
+	}
+	shutdown := make(chan struct{}, 1)
+	srv := api.NewServer(mgr, api.Options{Group: gid, Logger: log, Shutdown: func() {
+		select {
+		case shutdown <- struct{}{}:
+		default:
+		}
+	}})
+	sys.Mount(srv)
+	go func() {
+		if err := srv.Serve(l); err != nil {
+			log.Error("control API: " + err.Error())
+		}
+	}()
+	if activated {
+		log.Info("control socket from systemd socket activation")
+	} else {
+		log.Info("control socket " + s.Socket)
+	}
+
+	sigs := make(chan os.Signal, 4)
+	signal.Notify(sigs, syscall.SIGHUP, syscall.SIGTERM, syscall.SIGINT)
+	defer signal.Stop(sigs)
+
+	bootErr := mgr.Boot(ctx)
+	elapsed := time.Since(t0)
+	printSummary(log, mgr, sys, elapsed)
+	if bootErr != nil {
+		log.Warn(bootErr.Error())
+	}
+	metricsStop := startMetrics(log, mgr, sys, elapsed)
+	sd.ready(summaryLine(mgr, elapsed))
+
+	for {
+		select {
+		case sig := <-sigs:
+			if sig == syscall.SIGHUP {
+				log.Info("SIGHUP: reloading rc.conf")
+				if _, err := mgr.Reload(context.Background()); err != nil {
+					log.Error("reload: " + err.Error())
+				}
+				continue
+			}
+			log.Info("received " + sig.String() + ": shutting down")
+		case <-shutdown:
+			log.Info("shutdown requested through the control socket")
+		}
+		break
+	}
+	sd.stopping()
+	sctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	err = mgr.Shutdown(sctx)
+	metricsStop()
+	_ = sys.Close(sctx)
+	_ = srv.Close(sctx)
+	return err
+}
+
+func controlListener(path string, gid int) (net.Listener, bool, error) {
+	if ls := activationListeners(); len(ls) > 0 {
+		return ls[0], true, nil
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return nil, false, err
+	}
+	l, err := api.Listen(path, gid)
+	return l, false, err
+}
+
+func summaryLine(m *services.Manager, elapsed time.Duration) string {
+	counts := map[services.State]int{}
+	for _, st := range m.Status() {
+		counts[st.State]++
+	}
+	return fmt.Sprintf("booted in %v: %d running, %d exited, %d failed, %d blocked, %d disabled",
+		elapsed.Round(time.Microsecond*100), counts[services.StateRunning], counts[services.StateExited],
+		counts[services.StateFailed], counts[services.StateBlocked], counts[services.StateDisabled])
+}
+
+func printSummary(log *slog.Logger, m *services.Manager, sys *subsystems, elapsed time.Duration) {
+	for _, line := range sys.Summary() {
+		log.Info(line)
+	}
+	if chain := services.CriticalChain(m.Timeline()); len(chain) > 0 {
+		var parts []string
+		for _, s := range chain {
+			parts = append(parts, fmt.Sprintf("%s@%v", s.Name, s.Ready.Round(time.Microsecond*100)))
+		}
+		log.Info("critical chain: " + strings.Join(parts, " -> "))
+	}
+	log.Info(summaryLine(m, elapsed))
+}
+
+// startMetrics serves Prometheus metrics on rc.conf's metrics_listen, if
+// set. It returns a stop function.
+func startMetrics(log *slog.Logger, m *services.Manager, sys *subsystems, boot time.Duration) func() {
+	addr := m.Catalog().Chain.Global().Get("metrics_listen")
+	if addr == "" {
+		return func() {}
+	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	reg.MustRegister(services.NewCollector(m))
+	for _, c := range sys.Collectors() {
+		reg.MustRegister(c)
+	}
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		log.Error("metrics_listen: " + err.Error())
+		return func() {}
+	}
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	go func() {
+		if err := srv.Serve(l); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			log.Error("metrics: " + err.Error())
+		}
+	}()
+	log.Info("metrics on http://" + l.Addr().String() + "/metrics")
+	return func() { _ = srv.Close() }
+}

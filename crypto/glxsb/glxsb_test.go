@@ -1,0 +1,613 @@
+package glxsb
+
+import (
+	"bytes"
+	"context"
+	"crypto/aes"
+	"crypto/cipher"
+	"crypto/hmac"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"os"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/keelinit/keel/crypto"
+)
+
+const waitLimit = 30 * time.Second // generous: the CI machine is shared
+
+func algFor(a crypto.Auth) crypto.Algorithm {
+	return crypto.Algorithm{Cipher: crypto.CipherAESCBC, KeyBits: 128, Auth: a}
+}
+
+func randBytes(t testing.TB, n int) []byte {
+	b := make([]byte, n)
+	if _, err := rand.Read(b); err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+func newProvider(t testing.TB, o Options) *Provider {
+	t.Helper()
+	p, err := New(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), waitLimit)
+		defer cancel()
+		p.Close(ctx)
+	})
+	return p
+}
+
+// collector records completions and checks exactly-once delivery.
+type collector struct {
+	mu    sync.Mutex
+	seen  map[*crypto.Request]int
+	order []*crypto.Request
+	dup   int
+}
+
+func newCollector() *collector { return &collector{seen: map[*crypto.Request]int{}} }
+
+func (c *collector) done(reqs []*crypto.Request) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, r := range reqs {
+		if r.Status == crypto.StatusPending {
+			panic("completed with StatusPending")
+		}
+		c.seen[r]++
+		if c.seen[r] > 1 {
+			c.dup++
+		}
+		c.order = append(c.order, r)
+	}
+}
+
+func (c *collector) count() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.order)
+}
+
+func (c *collector) wait(t testing.TB, n int) {
+	t.Helper()
+	deadline := time.Now().Add(waitLimit)
+	for c.count() < n {
+		if time.Now().After(deadline) {
+			t.Fatalf("only %d of %d requests completed", c.count(), n)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// reference computes ESP AES-CBC + HMAC with the stdlib.
+func reference(alg crypto.Algorithm, ckey, akey, aad, iv, pt, trailer []byte) (ct, icv []byte) {
+	b, _ := aes.NewCipher(ckey)
+	ct = make([]byte, len(pt))
+	cipher.NewCBCEncrypter(b, iv).CryptBlocks(ct, pt)
+	m := hmac.New(hashFor(alg.Auth), akey)
+	m.Write(aad)
+	m.Write(iv)
+	m.Write(ct)
+	m.Write(trailer)
+	return ct, m.Sum(nil)[:alg.ICVLen()]
+}
+
+func submitAll(t testing.TB, s crypto.Session, reqs []*crypto.Request) {
+	t.Helper()
+	deadline := time.Now().Add(waitLimit)
+	for len(reqs) > 0 {
+		n := s.Submit(reqs)
+		reqs = reqs[n:]
+		if n == 0 {
+			if time.Now().After(deadline) {
+				t.Fatalf("backpressure never released")
+			}
+			time.Sleep(100 * time.Microsecond)
+		}
+	}
+}
+
+func TestRFC3602Vectors(t *testing.T) {
+	raw, err := os.ReadFile("testdata/rfc3602.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var f struct {
+		Vectors []struct{ Case, Key, IV, Plaintext, Ciphertext string } `json:"rfc3602_aes_cbc_raw"`
+	}
+	if err := json.Unmarshal(raw, &f); err != nil {
+		t.Fatal(err)
+	}
+	if len(f.Vectors) == 0 {
+		t.Fatal("no vectors")
+	}
+	p := newProvider(t, Options{SetupLatency: -1, ThroughputMBps: 1e6})
+	unhex := func(s string) []byte {
+		b, err := hex.DecodeString(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	for _, v := range f.Vectors {
+		t.Run(v.Case, func(t *testing.T) {
+			alg := algFor(crypto.AuthHMACSHA1_96)
+			akey := randBytes(t, 20)
+			c := newCollector()
+			s, err := p.NewSession(crypto.SessionParams{Alg: alg, CipherKey: unhex(v.Key), AuthKey: akey}, c.done)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer s.Close(context.Background())
+			aad := []byte{1, 2, 3, 4, 0, 0, 0, 1}
+			r := &crypto.Request{Dir: crypto.Encrypt, Data: unhex(v.Plaintext), ICV: make([]byte, 12), AAD: aad, IV: unhex(v.IV)}
+			submitAll(t, s, []*crypto.Request{r})
+			c.wait(t, 1)
+			if r.Status != crypto.StatusOK {
+				t.Fatalf("status %v err %v", r.Status, r.Err)
+			}
+			if got := hex.EncodeToString(r.Data); got != v.Ciphertext {
+				t.Fatalf("ciphertext %s, want %s", got, v.Ciphertext)
+			}
+			_, icv := reference(alg, unhex(v.Key), akey, aad, unhex(v.IV), unhex(v.Plaintext), nil)
+			if !bytes.Equal(r.ICV, icv) {
+				t.Fatalf("icv %x, want %x", r.ICV, icv)
+			}
+			d := &crypto.Request{Dir: crypto.Decrypt, Data: r.Data, ICV: r.ICV, AAD: aad, IV: unhex(v.IV)}
+			submitAll(t, s, []*crypto.Request{d})
+			c.wait(t, 2)
+			if d.Status != crypto.StatusOK || hex.EncodeToString(d.Data) != v.Plaintext {
+				t.Fatalf("decrypt: status %v data %x", d.Status, d.Data)
+			}
+		})
+	}
+}
+
+func TestRoundTripAgainstStdlib(t *testing.T) {
+	p := newProvider(t, Options{SetupLatency: -1, ThroughputMBps: 1e6})
+	for _, auth := range auths {
+		for _, size := range []int{0, 16, 1424, MaxOp} {
+			alg := algFor(auth)
+			t.Run(alg.String()+"/"+itoa(size), func(t *testing.T) {
+				ckey, akey := randBytes(t, 16), randBytes(t, auth.KeyLen())
+				c := newCollector()
+				s, err := p.NewSession(crypto.SessionParams{Alg: alg, CipherKey: ckey, AuthKey: akey}, c.done)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer s.Close(context.Background())
+				pt, iv, aad, tr := randBytes(t, size), randBytes(t, 16), randBytes(t, 8), randBytes(t, 4)
+				wantCT, wantICV := reference(alg, ckey, akey, aad, iv, pt, tr)
+				r := &crypto.Request{Dir: crypto.Encrypt, Data: append([]byte(nil), pt...), ICV: make([]byte, alg.ICVLen()), AAD: aad, IV: iv, AuthTrailer: tr}
+				submitAll(t, s, []*crypto.Request{r})
+				c.wait(t, 1)
+				if r.Status != crypto.StatusOK || !bytes.Equal(r.Data, wantCT) || !bytes.Equal(r.ICV, wantICV) {
+					t.Fatalf("encrypt mismatch: status %v err %v", r.Status, r.Err)
+				}
+				// A tampered ICV fails authentication and leaves Data alone.
+				bad := append([]byte(nil), wantICV...)
+				bad[0] ^= 1
+				ct := append([]byte(nil), wantCT...)
+				tam := &crypto.Request{Dir: crypto.Decrypt, Data: ct, ICV: bad, AAD: aad, IV: iv, AuthTrailer: tr}
+				d := &crypto.Request{Dir: crypto.Decrypt, Data: append([]byte(nil), wantCT...), ICV: wantICV, AAD: aad, IV: iv, AuthTrailer: tr}
+				submitAll(t, s, []*crypto.Request{tam, d})
+				c.wait(t, 3)
+				if tam.Status != crypto.StatusAuthFailed || !bytes.Equal(tam.Data, wantCT) {
+					t.Fatalf("tampered: status %v, data changed %v", tam.Status, !bytes.Equal(tam.Data, wantCT))
+				}
+				if d.Status != crypto.StatusOK || !bytes.Equal(d.Data, pt) {
+					t.Fatalf("decrypt: status %v err %v", d.Status, d.Err)
+				}
+				if c.dup != 0 {
+					t.Fatalf("%d duplicate completions", c.dup)
+				}
+			})
+		}
+	}
+}
+
+func itoa(n int) string { return string(appendInt(nil, n)) }
+
+func appendInt(b []byte, n int) []byte {
+	if n >= 10 {
+		b = appendInt(b, n/10)
+	}
+	return append(b, byte('0'+n%10))
+}
+
+func TestNewSessionErrors(t *testing.T) {
+	p := newProvider(t, Options{})
+	tests := []struct {
+		name string
+		sp   crypto.SessionParams
+		want error
+	}{
+		{"gcm", crypto.SessionParams{Alg: crypto.Algorithm{Cipher: crypto.CipherAESGCM, KeyBits: 128}, CipherKey: make([]byte, 20)}, crypto.ErrUnsupported},
+		{"cbc-256", crypto.SessionParams{Alg: crypto.Algorithm{Cipher: crypto.CipherAESCBC, KeyBits: 256, Auth: crypto.AuthHMACSHA1_96}, CipherKey: make([]byte, 32), AuthKey: make([]byte, 20)}, crypto.ErrUnsupported},
+		{"cbc-no-auth", crypto.SessionParams{Alg: crypto.Algorithm{Cipher: crypto.CipherAESCBC, KeyBits: 128}, CipherKey: make([]byte, 16)}, crypto.ErrUnsupported},
+		{"short-key", crypto.SessionParams{Alg: algFor(crypto.AuthHMACSHA1_96), CipherKey: make([]byte, 15), AuthKey: make([]byte, 20)}, crypto.ErrKeySize},
+		{"short-auth-key", crypto.SessionParams{Alg: algFor(crypto.AuthHMACSHA256_128), CipherKey: make([]byte, 16), AuthKey: make([]byte, 20)}, crypto.ErrKeySize},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := p.NewSession(tc.sp, func([]*crypto.Request) {})
+			if !errors.Is(err, tc.want) {
+				t.Fatalf("err %v, want %v", err, tc.want)
+			}
+		})
+	}
+}
+
+func TestInvalidRequests(t *testing.T) {
+	p := newProvider(t, Options{SetupLatency: -1, ThroughputMBps: 1e6})
+	c := newCollector()
+	s, err := p.NewSession(crypto.SessionParams{Alg: algFor(crypto.AuthHMACSHA1_96), CipherKey: make([]byte, 16), AuthKey: make([]byte, 20)}, c.done)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close(context.Background())
+	tests := []struct {
+		name       string
+		data, icv  int
+		iv         int
+		wantStatus crypto.Status
+	}{
+		{"ok", 32, 12, 16, crypto.StatusOK},
+		{"unaligned", 33, 12, 16, crypto.StatusError},
+		{"too-long", MaxOp + 16, 12, 16, crypto.StatusError},
+		{"short-iv", 32, 12, 8, crypto.StatusError},
+		{"wrong-icv", 32, 16, 16, crypto.StatusError},
+	}
+	var reqs []*crypto.Request
+	var orig [][]byte
+	for _, tc := range tests {
+		d := randBytes(t, tc.data)
+		orig = append(orig, append([]byte(nil), d...))
+		reqs = append(reqs, &crypto.Request{Data: d, ICV: make([]byte, tc.icv), IV: make([]byte, tc.iv)})
+	}
+	submitAll(t, s, reqs)
+	c.wait(t, len(reqs))
+	for i, tc := range tests {
+		r := reqs[i]
+		if r.Status != tc.wantStatus {
+			t.Errorf("%s: status %v (%v), want %v", tc.name, r.Status, r.Err, tc.wantStatus)
+		}
+		if tc.wantStatus == crypto.StatusError {
+			if !errors.Is(r.Err, crypto.ErrUnsupported) || !bytes.Equal(r.Data, orig[i]) {
+				t.Errorf("%s: err %v, data changed %v", tc.name, r.Err, !bytes.Equal(r.Data, orig[i]))
+			}
+		}
+		if c.order[i] != r {
+			t.Errorf("completion %d out of order", i)
+		}
+	}
+}
+
+func TestInfo(t *testing.T) {
+	p := newProvider(t, Options{ThroughputMBps: 30, SetupLatency: 10 * time.Microsecond, Blocking: true})
+	info := p.Info()
+	if !info.Emulated || info.Kind != crypto.KindHardware || info.Name != "glxsb" {
+		t.Fatalf("info %+v", info)
+	}
+	for k, want := range map[string]string{"throughput_mbps": "30", "setup_latency_us": "10", "max_op_bytes": "16384", "slots": "1", "driver_mode": "blocking"} {
+		if info.Params[k] != want {
+			t.Errorf("param %s = %q, want %q", k, info.Params[k], want)
+		}
+	}
+	if len(p.Capabilities()) != 4 {
+		t.Fatalf("caps %v", p.Capabilities())
+	}
+}
+
+func TestBackpressure(t *testing.T) {
+	p := newProvider(t, Options{QueueLen: 4, SetupLatency: 20 * time.Millisecond})
+	c := newCollector()
+	s, err := p.NewSession(crypto.SessionParams{Alg: algFor(crypto.AuthHMACSHA1_96), CipherKey: make([]byte, 16), AuthKey: make([]byte, 20)}, c.done)
+	if err != nil {
+		t.Fatal(err)
+	}
+	reqs := make([]*crypto.Request, 10)
+	for i := range reqs {
+		reqs[i] = &crypto.Request{Data: make([]byte, 64), ICV: make([]byte, 12), IV: make([]byte, 16)}
+	}
+	if n := s.Submit(reqs); n != 4 {
+		t.Fatalf("accepted %d, want 4", n)
+	}
+	if n := s.Submit(reqs[4:]); n != 0 {
+		t.Fatalf("accepted %d while full", n)
+	}
+	if p.Stats().Refused == 0 {
+		t.Fatal("refusal not counted")
+	}
+	submitAll(t, s, reqs[4:])
+	if err := s.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if c.count() != 10 || c.dup != 0 {
+		t.Fatalf("completed %d (dup %d)", c.count(), c.dup)
+	}
+	for i, r := range c.order {
+		if r != reqs[i] || r.Status != crypto.StatusOK {
+			t.Fatalf("completion %d: order or status %v", i, r.Status)
+		}
+	}
+	if s.Submit(reqs) != 0 {
+		t.Fatal("Submit after Close accepted")
+	}
+}
+
+func TestBlockingMode(t *testing.T) {
+	unblocked := make(chan struct{}, 100)
+	p := newProvider(t, Options{Blocking: true, SetupLatency: 2 * time.Millisecond, OnUnblock: func() { unblocked <- struct{}{} }})
+	c := newCollector()
+	s, err := p.NewSession(crypto.SessionParams{Alg: algFor(crypto.AuthHMACSHA1_96), CipherKey: make([]byte, 16), AuthKey: make([]byte, 20)}, c.done)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close(context.Background())
+	reqs := make([]*crypto.Request, 3)
+	for i := range reqs {
+		reqs[i] = &crypto.Request{Data: make([]byte, 64), ICV: make([]byte, 12), IV: make([]byte, 16)}
+	}
+	for i := range reqs {
+		if n := s.Submit(reqs[i:]); n != 1 {
+			t.Fatalf("request %d: accepted %d, want 1", i, n)
+		}
+		if i == 0 {
+			if n := s.Submit(reqs[1:]); n != 0 {
+				t.Fatalf("busy driver accepted %d", n)
+			}
+		}
+		select {
+		case <-unblocked:
+		case <-time.After(waitLimit):
+			t.Fatal("no unblock")
+		}
+	}
+	if c.count() != 3 {
+		t.Fatalf("completed %d", c.count())
+	}
+	if p.Stats().Refused == 0 {
+		t.Fatal("refusal not counted")
+	}
+}
+
+// TestFaultsMidTraffic injects each fault while several sessions submit
+// concurrently; every request must complete exactly once, in submission
+// order per session, a failed one with Data and ICV untouched.
+func TestFaultsMidTraffic(t *testing.T) {
+	tests := []struct {
+		fault     Fault
+		wantErr   error
+		wantFault bool
+	}{
+		{FaultError, errDevice, false},
+		{FaultHang, crypto.ErrTimeout, true},
+		{FaultVanish, crypto.ErrDeviceGone, true},
+	}
+	for _, tc := range tests {
+		t.Run(tc.fault.String(), func(t *testing.T) {
+			var faults atomic.Int32
+			faulted := make(chan error, 1)
+			p := newProvider(t, Options{QueueLen: 32, SetupLatency: 50 * time.Microsecond, OpTimeout: 100 * time.Millisecond,
+				OnFault: func(err error) { faults.Add(1); faulted <- err }})
+			const sessions, perSession = 4, 200
+			type rec struct {
+				req       *crypto.Request
+				data, icv []byte
+			}
+			cols := make([]*collector, sessions)
+			recs := make([][]rec, sessions)
+			var wg sync.WaitGroup
+			var started sync.WaitGroup
+			started.Add(sessions)
+			for i := range sessions {
+				cols[i] = newCollector()
+				s, err := p.NewSession(crypto.SessionParams{Alg: algFor(crypto.AuthHMACSHA256_128), CipherKey: randBytes(t, 16), AuthKey: randBytes(t, 32)}, cols[i].done)
+				if err != nil {
+					t.Fatal(err)
+				}
+				for range perSession {
+					r := &crypto.Request{Data: randBytes(t, 256), ICV: randBytes(t, 16), IV: randBytes(t, 16)}
+					recs[i] = append(recs[i], rec{r, append([]byte(nil), r.Data...), append([]byte(nil), r.ICV...)})
+				}
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for j, rc := range recs[i] {
+						if j == perSession/4 {
+							started.Done()
+						}
+						for s.Submit([]*crypto.Request{rc.req}) == 0 {
+							time.Sleep(50 * time.Microsecond)
+						}
+					}
+					ctx, cancel := context.WithTimeout(context.Background(), waitLimit)
+					defer cancel()
+					s.Close(ctx)
+				}()
+			}
+			started.Wait()
+			p.InjectFault(tc.fault)
+			wg.Wait()
+			if tc.fault == FaultHang {
+				// Let the hung operation complete late: it must be dropped.
+				p.InjectFault(FaultNone)
+				time.Sleep(20 * time.Millisecond)
+			}
+			var failed int
+			for i := range sessions {
+				c := cols[i]
+				c.mu.Lock()
+				if len(c.order) != perSession || c.dup != 0 {
+					t.Fatalf("session %d: %d completions, %d duplicates", i, len(c.order), c.dup)
+				}
+				for j, rc := range recs[i] {
+					if c.order[j] != rc.req {
+						t.Fatalf("session %d: completion %d out of order", i, j)
+					}
+					switch rc.req.Status {
+					case crypto.StatusOK:
+					case crypto.StatusError:
+						failed++
+						if !errors.Is(rc.req.Err, tc.wantErr) {
+							t.Fatalf("err %v, want %v", rc.req.Err, tc.wantErr)
+						}
+						if !bytes.Equal(rc.req.Data, rc.data) || !bytes.Equal(rc.req.ICV, rc.icv) {
+							t.Fatalf("failed request's Data/ICV modified")
+						}
+					default:
+						t.Fatalf("status %v", rc.req.Status)
+					}
+				}
+				c.mu.Unlock()
+			}
+			if failed == 0 {
+				t.Fatal("no request failed after the fault")
+			}
+			if tc.wantFault {
+				select {
+				case err := <-faulted:
+					if !errors.Is(err, tc.wantErr) {
+						t.Fatalf("fault %v, want %v", err, tc.wantErr)
+					}
+				case <-time.After(waitLimit):
+					t.Fatal("OnFault not called")
+				}
+				if faults.Load() != 1 {
+					t.Fatalf("OnFault called %d times", faults.Load())
+				}
+			}
+		})
+	}
+}
+
+func TestCloseHandsBackFromHungDevice(t *testing.T) {
+	p := newProvider(t, Options{OpTimeout: time.Hour})
+	c := newCollector()
+	s, err := p.NewSession(crypto.SessionParams{Alg: algFor(crypto.AuthHMACSHA1_96), CipherKey: make([]byte, 16), AuthKey: make([]byte, 20)}, c.done)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.InjectFault(FaultHang)
+	reqs := make([]*crypto.Request, 5)
+	for i := range reqs {
+		reqs[i] = &crypto.Request{Data: []byte("0123456789abcdef"), ICV: make([]byte, 12), IV: make([]byte, 16)}
+	}
+	submitAll(t, s, reqs)
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	if err := s.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if c.count() != 5 {
+		t.Fatalf("completed %d", c.count())
+	}
+	for i, r := range c.order {
+		if r != reqs[i] || r.Status != crypto.StatusError || !errors.Is(r.Err, crypto.ErrDeviceGone) || string(r.Data) != "0123456789abcdef" {
+			t.Fatalf("request %d: %v %v %q", i, r.Status, r.Err, r.Data)
+		}
+	}
+	// The device still works for other sessions once the hang clears.
+	p.InjectFault(FaultNone)
+	c2 := newCollector()
+	s2, err := p.NewSession(crypto.SessionParams{Alg: algFor(crypto.AuthHMACSHA1_96), CipherKey: make([]byte, 16), AuthKey: make([]byte, 20)}, c2.done)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &crypto.Request{Data: make([]byte, 16), ICV: make([]byte, 12), IV: make([]byte, 16)}
+	submitAll(t, s2, []*crypto.Request{r})
+	s2.Close(context.Background())
+	if r.Status != crypto.StatusOK || c.count() != 5 {
+		t.Fatalf("status %v, first session completions %d", r.Status, c.count())
+	}
+}
+
+func TestProviderCloseDrainsOrHandsBack(t *testing.T) {
+	for _, hang := range []bool{false, true} {
+		name := "drain"
+		if hang {
+			name = "hand-back"
+		}
+		t.Run(name, func(t *testing.T) {
+			p, err := New(Options{SetupLatency: time.Millisecond, OpTimeout: time.Hour})
+			if err != nil {
+				t.Fatal(err)
+			}
+			c := newCollector()
+			s, err := p.NewSession(crypto.SessionParams{Alg: algFor(crypto.AuthHMACSHA1_96), CipherKey: make([]byte, 16), AuthKey: make([]byte, 20)}, c.done)
+			if err != nil {
+				t.Fatal(err)
+			}
+			reqs := make([]*crypto.Request, 20)
+			for i := range reqs {
+				reqs[i] = &crypto.Request{Data: make([]byte, 16), ICV: make([]byte, 12), IV: make([]byte, 16)}
+			}
+			if hang {
+				p.InjectFault(FaultHang)
+			}
+			submitAll(t, s, reqs)
+			ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+			if !hang {
+				ctx, cancel = context.WithTimeout(context.Background(), waitLimit)
+			}
+			defer cancel()
+			if err := p.Close(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if c.count() != len(reqs) || c.dup != 0 {
+				t.Fatalf("completed %d dup %d", c.count(), c.dup)
+			}
+			want := crypto.StatusOK
+			if hang {
+				want = crypto.StatusError
+			}
+			for i, r := range c.order {
+				if r != reqs[i] || r.Status != want {
+					t.Fatalf("request %d: %v %v", i, r.Status, r.Err)
+				}
+			}
+			if _, err := p.NewSession(crypto.SessionParams{Alg: algFor(crypto.AuthHMACSHA1_96), CipherKey: make([]byte, 16), AuthKey: make([]byte, 20)}, c.done); err == nil {
+				t.Fatal("NewSession after Close succeeded")
+			}
+		})
+	}
+}
+
+func TestZeroAllocsSteadyState(t *testing.T) {
+	if testing.Short() {
+		t.Skip("short")
+	}
+	p := newProvider(t, Options{SetupLatency: -1, ThroughputMBps: 1e6})
+	ch := make(chan struct{}, 1)
+	s, err := p.NewSession(crypto.SessionParams{Alg: algFor(crypto.AuthHMACSHA1_96), CipherKey: make([]byte, 16), AuthKey: make([]byte, 20)},
+		func([]*crypto.Request) { ch <- struct{}{} })
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close(context.Background())
+	reqs := []*crypto.Request{{Data: make([]byte, 1424), ICV: make([]byte, 12), IV: make([]byte, 16)}}
+	run := func() {
+		for s.Submit(reqs) == 0 {
+			runtime.Gosched()
+		}
+		<-ch
+	}
+	for range 100 {
+		run()
+	}
+	if a := testing.AllocsPerRun(500, run); a > 0.05 {
+		t.Fatalf("%.2f allocations per request", a)
+	}
+}

@@ -1,0 +1,369 @@
+package ipsec
+
+import (
+	"context"
+	crand "crypto/rand"
+	"encoding/binary"
+	"errors"
+	"math/rand/v2"
+	"net/netip"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/keelinit/keel/crypto"
+	"github.com/keelinit/keel/ipsec/setkey"
+	"github.com/keelinit/keel/ipsec/spd"
+)
+
+// ErrClosed is returned by Apply after Close.
+var ErrClosed = errors.New("ipsec: engine closed")
+
+// Options tune an Engine. The zero value is usable.
+type Options struct {
+	// OnExpire, if set, is called from the engine's housekeeping
+	// goroutine (never from the data path) when an SA passes its soft
+	// (hard=false) or hard (hard=true) lifetime, once per transition. It
+	// must not call Close.
+	OnExpire func(st SAStatus, hard bool)
+	// Tick is the housekeeping period for time lifetimes and OnExpire
+	// (default 1s).
+	Tick time.Duration
+	// BusyTimeout bounds how long a batch waits for a crypto binding that
+	// keeps refusing requests (backpressure) before dropping them with
+	// DropBusy (default 1s).
+	BusyTimeout time.Duration
+	// SPD is the policy database to use; nil creates one. Apply replaces
+	// its contents.
+	SPD *spd.SPD
+}
+
+// Engine is the ESP engine: the SAD, the SPD and the ESP data path.
+//
+// Outbound and Inbound are safe for concurrent use from any number of
+// goroutines and may run concurrently with Apply (a batch sees either the
+// old or the new configuration for each lookup, and a packet whose SA is
+// deleted mid-batch is dropped with DropBusy or DropExpired). Status
+// methods are safe at any time. After Close, Apply fails with ErrClosed
+// and Outbound/Inbound drop everything with DropNoSA/DropNoPolicy.
+type Engine struct {
+	bind  binder
+	spd   *spd.SPD
+	sad   atomic.Pointer[sadTable]
+	mu    sync.Mutex // serialises Apply and Close
+	fpKey [32]byte
+	opts  Options
+
+	drops                     dropCounters
+	outPkts, outBytes, bypass atomic.Uint64
+	inPkts, inBytes, local    atomic.Uint64
+
+	batches sync.Pool
+	stop    chan struct{}
+	wg      sync.WaitGroup
+	closed  atomic.Bool
+
+	// testIV, set only by tests, overrides the IV of every outbound
+	// packet (to reproduce published vectors).
+	testIV func(iv []byte)
+}
+
+// sadTable is an immutable snapshot of the SAD.
+type sadTable struct {
+	all    []*sa
+	bySPI  map[uint32][]*sa
+	byPair map[[2]netip.Addr][]*sa
+	ports  map[uint16]bool // local UDP ports of esp-udp SAs
+}
+
+func newEngine(b binder, opts Options) *Engine {
+	if opts.Tick <= 0 {
+		opts.Tick = time.Second
+	}
+	if opts.BusyTimeout <= 0 {
+		opts.BusyTimeout = time.Second
+	}
+	e := &Engine{bind: b, opts: opts, spd: opts.SPD, stop: make(chan struct{})}
+	if e.spd == nil {
+		e.spd = spd.New()
+	}
+	_, _ = crand.Read(e.fpKey[:])
+	e.sad.Store(buildTable(nil))
+	e.batches.New = func() any { return &batch{done: make(chan struct{}, 1)} }
+	e.wg.Add(1)
+	go e.housekeeping()
+	return e
+}
+
+// NewEngineWithProvider returns an engine whose SAs bind directly to
+// sessions of one provider, without live rebind. It exists for tools and
+// tests that run without a framework; production code uses NewEngine.
+func NewEngineWithProvider(p crypto.Provider, opts Options) *Engine {
+	return newEngine(providerBinder(p), opts)
+}
+
+func buildTable(all []*sa) *sadTable {
+	t := &sadTable{all: all, bySPI: map[uint32][]*sa{}, byPair: map[[2]netip.Addr][]*sa{}, ports: map[uint16]bool{}}
+	for _, s := range all {
+		t.bySPI[s.cfg.SPI] = append(t.bySPI[s.cfg.SPI], s)
+		k := [2]netip.Addr{s.cfg.Src.Addr(), s.cfg.Dst.Addr()}
+		t.byPair[k] = append(t.byPair[k], s)
+		if s.cfg.Proto == setkey.ProtoESPUDP {
+			t.ports[s.cfg.Dst.Port()] = true
+		}
+	}
+	return t
+}
+
+// lookupIn finds the inbound SA for (dst, proto, spi). An invalid dst
+// matches any destination.
+func (t *sadTable) lookupIn(spi uint32, dst netip.Addr, udp bool) *sa {
+	for _, s := range t.bySPI[spi] {
+		if (s.cfg.Proto == setkey.ProtoESPUDP) != udp {
+			continue
+		}
+		if dst.IsValid() && s.cfg.Dst.Addr() != dst {
+			continue
+		}
+		return s
+	}
+	return nil
+}
+
+// lookupOut picks the outbound SA for a request between src and dst: a
+// usable SA of the request's mode (or mode any) and reqid (for unique
+// levels), preferring mature over dying and then the most recently added.
+func (t *sadTable) lookupOut(src, dst netip.Addr, r *spd.IPsecRequest) *sa {
+	var best *sa
+	for _, s := range t.byPair[[2]netip.Addr{src, dst}] {
+		st := s.state.Load()
+		if st > stateDying {
+			continue
+		}
+		if s.cfg.Mode != spd.ModeAny && s.cfg.Mode != r.Mode {
+			continue
+		}
+		if r.Level == spd.LevelUnique && r.ReqID != 0 && s.cfg.ReqID != r.ReqID {
+			continue
+		}
+		if best == nil || st < best.state.Load() || (st == best.state.Load() && !s.added.Before(best.added)) {
+			best = s
+		}
+	}
+	return best
+}
+
+// hasDead reports whether a matching SA exists but is past its hard
+// lifetime (to count DropExpired rather than DropNoOutSA).
+func (t *sadTable) hasDead(src, dst netip.Addr) bool {
+	for _, s := range t.byPair[[2]netip.Addr{src, dst}] {
+		if s.state.Load() == stateDead {
+			return true
+		}
+	}
+	return false
+}
+
+// batch is the per-call state of Outbound/Inbound, pooled.
+type batch struct {
+	pending atomic.Int64
+	done    chan struct{}
+	reqs    []*crypto.Request
+	run     []*Packet
+	rng     *rand.ChaCha8
+}
+
+var rngPool = sync.Pool{New: func() any {
+	var seed [32]byte
+	if _, err := crand.Read(seed[:]); err != nil {
+		panic("ipsec: crypto/rand failed: " + err.Error())
+	}
+	return rand.NewChaCha8(seed)
+}}
+
+func (e *Engine) getBatch() *batch {
+	b := e.batches.Get().(*batch)
+	b.pending.Store(1) // guard, released by wait
+	return b
+}
+
+// wait releases the guard and waits until every submitted request of the
+// batch completed.
+func (e *Engine) wait(b *batch) {
+	if b.pending.Add(-1) != 0 {
+		<-b.done
+	}
+	if b.rng != nil {
+		rngPool.Put(b.rng)
+		b.rng = nil
+	}
+	clear(b.reqs)
+	b.reqs = b.reqs[:0]
+	clear(b.run)
+	b.run = b.run[:0]
+	e.batches.Put(b)
+}
+
+func (b *batch) finishOne() {
+	if b.pending.Add(-1) == 0 {
+		b.done <- struct{}{}
+	}
+}
+
+func (e *Engine) drop(p *Packet, s *sa, d DropReason) {
+	p.Verdict, p.Drop = VerdictDrop, d
+	e.drops[d].Add(1)
+	if s != nil {
+		s.drops[d].Add(1)
+	}
+}
+
+// submit hands reqs (all of SA s, all already set up) to its binding,
+// retrying on backpressure for at most BusyTimeout.
+func (e *Engine) submit(b *batch, s *sa, reqs []*crypto.Request) {
+	if len(reqs) == 0 {
+		return
+	}
+	b.pending.Add(int64(len(reqs)))
+	spins := 0
+	var deadline time.Time
+	for len(reqs) > 0 {
+		n := s.bind.Submit(reqs)
+		reqs = reqs[n:]
+		if n > 0 {
+			spins = 0
+			continue
+		}
+		if len(reqs) == 0 {
+			break
+		}
+		spins++
+		if spins == 1 {
+			deadline = time.Now().Add(e.opts.BusyTimeout)
+		}
+		if s.state.Load() == stateDeleted || (spins > 64 && time.Now().After(deadline)) {
+			for _, r := range reqs {
+				p := r.User.(*Packet)
+				e.drop(p, s, DropBusy)
+				b.finishOne()
+			}
+			return
+		}
+		if spins < 64 {
+			runtime.Gosched()
+		} else {
+			time.Sleep(20 * time.Microsecond)
+		}
+	}
+}
+
+// completer returns the CompletionFunc of SA s.
+func (e *Engine) completer(s *sa) crypto.CompletionFunc {
+	return func(done []*crypto.Request) {
+		// Pass 1: the replay window update for verified inbound packets,
+		// under the SA lock taken once per completion batch.
+		if s.win != nil {
+			locked := false
+			for _, r := range done {
+				if r.Dir != crypto.Decrypt || r.Status != crypto.StatusOK {
+					continue
+				}
+				if !locked {
+					s.mu.Lock()
+					locked = true
+				}
+				p := r.User.(*Packet)
+				if !s.win.Update(p.Seq) {
+					p.Drop = DropReplay
+				}
+			}
+			if locked {
+				s.mu.Unlock()
+			}
+		}
+		// Pass 2: finish each packet.
+		var inN, inB, outN, outB int
+		for _, r := range done {
+			p := r.User.(*Packet)
+			b := p.b
+			if r.Dir == crypto.Encrypt {
+				if e.finishOut(p, s, r) {
+					outN++
+					outB += p.Len()
+				}
+			} else if e.finishIn(p, s, r) {
+				inN++
+				inB += p.bytes
+			}
+			b.finishOne()
+		}
+		if outN > 0 {
+			e.outPkts.Add(uint64(outN))
+			e.outBytes.Add(uint64(outB))
+		}
+		if inN > 0 {
+			s.accountIn(inN, inB)
+			e.inPkts.Add(uint64(inN))
+			e.inBytes.Add(uint64(inB))
+		}
+	}
+}
+
+// housekeeping applies time lifetimes and reports expiries.
+func (e *Engine) housekeeping() {
+	defer e.wg.Done()
+	t := time.NewTicker(e.opts.Tick)
+	defer t.Stop()
+	for {
+		select {
+		case <-e.stop:
+			return
+		case now := <-t.C:
+			e.expire(now)
+		}
+	}
+}
+
+// expire applies time lifetimes at now and calls OnExpire for SAs whose
+// state advanced since the last report.
+func (e *Engine) expire(now time.Time) {
+	for _, s := range e.sad.Load().all {
+		s.checkTime(now)
+		st := s.state.Load()
+		if st > stateDead {
+			continue
+		}
+		told := s.told.Load()
+		if st > told && s.told.CompareAndSwap(told, st) && e.opts.OnExpire != nil {
+			if st >= stateDying && told < stateDying {
+				e.opts.OnExpire(s.status(), false)
+			}
+			if st == stateDead {
+				e.opts.OnExpire(s.status(), true)
+			}
+		}
+	}
+}
+
+// Close stops housekeeping, removes every SA (closing its binding, which
+// zeroes the session keys) and flushes the SPD. Batches in flight finish
+// first on the closing bindings. Close is idempotent.
+func (e *Engine) Close(ctx context.Context) error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.closed.Swap(true) {
+		return nil
+	}
+	close(e.stop)
+	e.wg.Wait()
+	old := e.sad.Swap(buildTable(nil))
+	e.spd.Flush()
+	for _, s := range old.all {
+		s.close(ctx)
+	}
+	return nil
+}
+
+func put32(b []byte, v uint32) { binary.BigEndian.PutUint32(b, v) }
+func put64(b []byte, v uint64) { binary.BigEndian.PutUint64(b, v) }

@@ -1,0 +1,236 @@
+package ipsec
+
+import (
+	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"net/netip"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/keelinit/keel/crypto"
+	"github.com/keelinit/keel/ipsec/replay"
+	"github.com/keelinit/keel/ipsec/setkey"
+	"github.com/keelinit/keel/ipsec/spd"
+)
+
+// NATTPort is the IKE/NAT-T UDP port used when an esp-udp SA gives none.
+const NATTPort = setkey.NATTPort
+
+// SA lifecycle states (RFC 2367 terms).
+const (
+	stateMature  uint32 = iota // usable
+	stateDying                 // soft lifetime passed: usable, rekey due
+	stateDead                  // hard lifetime passed: unusable
+	stateDeleted               // removed from the SAD
+)
+
+var stateNames = [...]string{"mature", "dying", "dead", "deleted"}
+
+// saConfig is an SA as configured (from a setkey "add").
+type saConfig struct {
+	Src, Dst     netip.AddrPort
+	Proto        setkey.Proto
+	SPI          uint32
+	Mode         spd.Mode
+	ReplayWindow int
+	ReqID        uint32
+	ESN          bool
+	Alg          crypto.Algorithm
+	EncKey       []byte
+	AuthKey      []byte
+	SoftBytes    uint64
+	HardBytes    uint64
+	SoftPackets  uint64 // 0: default (15/16 of the sequence space)
+	HardPackets  uint64 // 0: the sequence space (2^32-1, or 2^64-1 with ESN)
+	SoftTime     time.Duration
+	HardTime     time.Duration
+	Pos          string
+}
+
+// sa is one installed SA. Its identity and keys are immutable; counters are
+// atomics; the replay window is guarded by mu.
+type sa struct {
+	cfg saConfig // keys are zeroed once the binding is made
+	// fp is a keyed fingerprint of (alg, keys): a re-applied identical SA
+	// keeps its state (sequence numbers!) instead of restarting at 1.
+	fp [32]byte
+
+	ivLen, icvLen, block int
+	aead                 bool
+	bind                 binding
+	hardPkts, softPkts   uint64
+	added                time.Time
+
+	seq   atomic.Uint64 // last sequence number assigned (outbound)
+	_     [56]byte
+	state atomic.Uint32
+	told  atomic.Uint32 // highest state reported through OnExpire
+
+	outPkts, outBytes atomic.Uint64
+	inPkts, inBytes   atomic.Uint64
+	drops             dropCounters
+
+	mu  sync.Mutex
+	win *replay.Window // nil without replay protection or ESN
+
+	closeOnce sync.Once
+}
+
+func fingerprint(key []byte, c *saConfig) [32]byte {
+	m := hmac.New(sha256.New, key)
+	var b [8]byte
+	b[0], b[1], b[2] = byte(c.Alg.Cipher), byte(c.Alg.KeyBits>>8), byte(c.Alg.KeyBits)
+	b[3] = byte(c.Alg.Auth)
+	if c.ESN {
+		b[4] = 1
+	}
+	b[5] = byte(c.Mode)
+	m.Write(b[:])
+	m.Write(c.EncKey)
+	m.Write([]byte{0})
+	m.Write(c.AuthKey)
+	var out [32]byte
+	m.Sum(out[:0])
+	return out
+}
+
+// sameSA reports whether a and b are the same SA (identity, transform,
+// keys and replay configuration), so that a re-applied configuration keeps
+// the installed one.
+func sameSA(a, b *sa) bool {
+	x, y := &a.cfg, &b.cfg
+	return x.Src == y.Src && x.Dst == y.Dst && x.Proto == y.Proto && x.SPI == y.SPI &&
+		x.Mode == y.Mode && x.ReqID == y.ReqID && x.ESN == y.ESN && x.Alg == y.Alg &&
+		x.ReplayWindow == y.ReplayWindow && a.fp == b.fp
+}
+
+// newSA validates c and prepares an SA without binding crypto.
+func newSA(c saConfig, fpKey []byte, now time.Time) (*sa, error) {
+	s := &sa{cfg: c, added: now}
+	s.fp = fingerprint(fpKey, &c)
+	s.ivLen = c.Alg.IVLen()
+	s.icvLen = c.Alg.ICVLen()
+	s.block = c.Alg.BlockSize()
+	s.aead = c.Alg.IsAEAD()
+	if s.cfg.Proto == setkey.ProtoESPUDP {
+		if s.cfg.Src.Port() == 0 {
+			s.cfg.Src = netip.AddrPortFrom(s.cfg.Src.Addr(), NATTPort)
+		}
+		if s.cfg.Dst.Port() == 0 {
+			s.cfg.Dst = netip.AddrPortFrom(s.cfg.Dst.Addr(), NATTPort)
+		}
+	}
+	space := uint64(1<<32 - 1)
+	if c.ESN {
+		space = ^uint64(0)
+	}
+	s.hardPkts = space
+	if c.HardPackets != 0 && c.HardPackets < space {
+		s.hardPkts = c.HardPackets
+	}
+	s.softPkts = s.hardPkts - s.hardPkts/16
+	if c.SoftPackets != 0 && c.SoftPackets < s.softPkts {
+		s.softPkts = c.SoftPackets
+	}
+	if c.ReplayWindow > 0 || c.ESN {
+		w, err := replay.New(c.ReplayWindow, c.ESN)
+		if err != nil {
+			return nil, err
+		}
+		w.SetMax(s.hardPkts)
+		s.win = w
+	}
+	return s, nil
+}
+
+// zeroKeys wipes the key copies held in the configuration.
+func (s *sa) zeroKeys() {
+	clear(s.cfg.EncKey)
+	clear(s.cfg.AuthKey)
+	s.cfg.EncKey, s.cfg.AuthKey = nil, nil
+}
+
+// close marks the SA deleted, closes its binding (the session zeroes its
+// keys) and wipes what the SA still holds.
+func (s *sa) close(ctx context.Context) {
+	s.closeOnce.Do(func() {
+		s.state.Store(stateDeleted)
+		if s.bind != nil {
+			_ = s.bind.Close(ctx)
+		}
+		s.zeroKeys()
+		s.fp = [32]byte{}
+	})
+}
+
+// usable reports whether the SA may process packets.
+func (s *sa) usable() bool { return s.state.Load() <= stateDying }
+
+// setState raises the SA state to st (states only move forward).
+func (s *sa) setState(st uint32) {
+	for {
+		cur := s.state.Load()
+		if cur >= st || s.state.CompareAndSwap(cur, st) {
+			return
+		}
+	}
+}
+
+// account adds n packets / b bytes to a direction's counters and applies
+// the byte and packet lifetimes.
+func (s *sa) accountOut(n, b int) {
+	s.outPkts.Add(uint64(n))
+	t := s.outBytes.Add(uint64(b))
+	s.checkBytes(t + s.inBytes.Load())
+}
+
+func (s *sa) accountIn(n, b int) {
+	s.inPkts.Add(uint64(n))
+	t := s.inBytes.Add(uint64(b))
+	s.checkBytes(t + s.outBytes.Load())
+}
+
+func (s *sa) checkBytes(t uint64) {
+	if s.cfg.HardBytes != 0 && t >= s.cfg.HardBytes {
+		s.setState(stateDead)
+	} else if s.cfg.SoftBytes != 0 && t >= s.cfg.SoftBytes {
+		s.setState(stateDying)
+	}
+}
+
+// checkTime applies the time lifetimes at now.
+func (s *sa) checkTime(now time.Time) {
+	age := now.Sub(s.added)
+	if s.cfg.HardTime > 0 && age >= s.cfg.HardTime {
+		s.setState(stateDead)
+	} else if s.cfg.SoftTime > 0 && age >= s.cfg.SoftTime {
+		s.setState(stateDying)
+	}
+}
+
+// reserve assigns n consecutive outbound sequence numbers and returns the
+// first and how many of them are within the hard limit (the rest must be
+// dropped). The counter never wraps: it stops at the limit, after which
+// the SA is dead.
+func (s *sa) reserve(n int) (first uint64, ok int) {
+	last := s.seq.Add(uint64(n))
+	first = last - uint64(n) + 1
+	if last < first { // 64-bit wrap: impossible in practice, refuse all
+		s.setState(stateDead)
+		return first, 0
+	}
+	if last >= s.softPkts {
+		s.setState(stateDying)
+	}
+	if first > s.hardPkts {
+		s.setState(stateDead)
+		return first, 0
+	}
+	if last >= s.hardPkts {
+		s.setState(stateDead)
+		return first, int(s.hardPkts - first + 1)
+	}
+	return first, n
+}

@@ -1,0 +1,220 @@
+package spd
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"net/netip"
+	"testing"
+)
+
+// benchPolicies builds a realistic n-policy outbound SPD: n-1 site-to-site
+// subnet pairs (/24 or /16 sources, /24 or /32 destinations, some with
+// proto and port) and a final catch-all bypass.
+func benchPolicies(n int) []Policy {
+	ps := make([]Policy, 0, n)
+	for i := 0; i < n-1; i++ {
+		p := Policy{Dir: DirOut, Action: IPsec, Requests: tunnelReq("192.0.2.1", "192.0.2.2")}
+		srcBits, dstBits := 24, 24
+		if i%4 == 1 {
+			srcBits = 16
+		}
+		if i%8 == 3 {
+			dstBits = 32
+		}
+		p.Sel.Src = netip.PrefixFrom(netip.AddrFrom4([4]byte{10, byte(i >> 8), byte(i), 0}), srcBits).Masked()
+		p.Sel.Dst = netip.PrefixFrom(netip.AddrFrom4([4]byte{172, 16 + byte(i>>16), byte(i >> 8), byte(i)}), dstBits).Masked()
+		switch i % 3 {
+		case 1:
+			p.Sel.Proto = 6
+			p.Sel.DstPort = uint16(1 + i%1000)
+		case 2:
+			p.Sel.Proto = 17
+		}
+		ps = append(ps, p)
+	}
+	ps = append(ps, Policy{Dir: DirOut, Action: None, Sel: Selector{Src: pfx("0.0.0.0/0"), Dst: pfx("0.0.0.0/0")}})
+	return dedupe(ps)
+}
+
+// flowFor returns a flow selected by policy p (or a random one for the
+// catch-all).
+func flowFor(r *rand.Rand, p *Policy) Flow {
+	randIn := func(pf netip.Prefix) netip.Addr {
+		b := pf.Addr().As4()
+		host := r.Uint32() >> pf.Bits()
+		if pf.Bits() == 0 {
+			host = r.Uint32()
+		}
+		v := uint32(b[0])<<24 | uint32(b[1])<<16 | uint32(b[2])<<8 | uint32(b[3]) | host
+		return netip.AddrFrom4([4]byte{byte(v >> 24), byte(v >> 16), byte(v >> 8), byte(v)})
+	}
+	f := Flow{Src: randIn(p.Sel.Src), Dst: randIn(p.Sel.Dst), Proto: p.Sel.Proto, SrcPort: uint16(1024 + r.IntN(60000)), DstPort: p.Sel.DstPort}
+	if f.Proto == 0 {
+		f.Proto = 6
+	}
+	if f.DstPort == 0 {
+		f.DstPort = uint16(1 + r.IntN(65535))
+	}
+	return f
+}
+
+const benchFlows = 8192
+
+func benchSetup(b *testing.B, n int) (*SPD, []Flow) {
+	s := New()
+	ps := benchPolicies(n)
+	if err := s.Replace(ps); err != nil {
+		b.Fatal(err)
+	}
+	r := rand.New(rand.NewPCG(uint64(n), 9))
+	all := s.Policies()
+	flows := make([]Flow, benchFlows)
+	for i := range flows {
+		if i%10 == 0 {
+			flows[i] = flowFor(r, &all[len(all)-1])
+		} else {
+			flows[i] = flowFor(r, &all[r.IntN(len(all)-1)])
+		}
+	}
+	return s, flows
+}
+
+var sizes = []int{16, 1024, 65536}
+
+var sink *Policy
+
+// BenchmarkLookup: cached lookups, 8192 distinct flows visited in a
+// scattered order, in parallel across GOMAXPROCS goroutines (-cpu 1,2).
+func BenchmarkLookup(b *testing.B) {
+	for _, n := range sizes {
+		b.Run(fmt.Sprintf("policies=%d", n), func(b *testing.B) {
+			s, flows := benchSetup(b, n)
+			for _, f := range flows { // warm the cache
+				s.Lookup(DirOut, f)
+			}
+			b.ReportAllocs()
+			b.ResetTimer()
+			b.RunParallel(func(pb *testing.PB) {
+				var p *Policy
+				i := rand.IntN(benchFlows)
+				for pb.Next() {
+					i = (i + 4099) & (benchFlows - 1)
+					p, _ = s.Lookup(DirOut, flows[i])
+				}
+				sink = p
+			})
+		})
+	}
+}
+
+// BenchmarkLookupLinear is the reference first-match scan on the same flows.
+func BenchmarkLookupLinear(b *testing.B) {
+	for _, n := range sizes[:2] {
+		b.Run(fmt.Sprintf("policies=%d", n), func(b *testing.B) {
+			s, flows := benchSetup(b, n)
+			b.ReportAllocs()
+			i := 0
+			for b.Loop() {
+				i = (i + 4099) & (benchFlows - 1)
+				sink, _ = s.LookupLinear(DirOut, flows[i])
+			}
+		})
+	}
+}
+
+// BenchmarkClassify is the cache-miss path alone (compiled classifier).
+func BenchmarkClassify(b *testing.B) {
+	for _, n := range sizes {
+		b.Run(fmt.Sprintf("policies=%d", n), func(b *testing.B) {
+			s, flows := benchSetup(b, n)
+			b.ReportMetric(float64(s.Stats().Tuples[DirOut]), "tuples")
+			b.ReportAllocs()
+			i := 0
+			for b.Loop() {
+				i = (i + 4099) & (benchFlows - 1)
+				sink, _ = s.Classify(DirOut, flows[i])
+			}
+		})
+	}
+}
+
+// BenchmarkLookupRandomFlows is a cache-thrash flood: every lookup is a new
+// flow (random source address and ports), so each one misses, classifies
+// and inserts.
+func BenchmarkLookupRandomFlows(b *testing.B) {
+	for _, n := range sizes {
+		b.Run(fmt.Sprintf("policies=%d", n), func(b *testing.B) {
+			s, flows := benchSetup(b, n)
+			b.ReportAllocs()
+			b.ResetTimer()
+			b.RunParallel(func(pb *testing.PB) {
+				r := rand.New(rand.NewPCG(rand.Uint64(), 1))
+				var p *Policy
+				i := 0
+				for pb.Next() {
+					i = (i + 4099) & (benchFlows - 1)
+					f := flows[i]
+					x := r.Uint64()
+					f.SrcPort = uint16(x)
+					b4 := f.Src.As4()
+					b4[3] ^= byte(x >> 16)
+					f.Src = netip.AddrFrom4(b4)
+					p, _ = s.Lookup(DirOut, f)
+				}
+				sink = p
+			})
+		})
+	}
+}
+
+// BenchmarkClassifyAdversarial is the miss path on a pathological SPD:
+// random prefix lengths on both ends and random proto/port wildcards, which
+// maximises the number of tuples, with flows that only match the final
+// catch-all (no early termination).
+func BenchmarkClassifyAdversarial(b *testing.B) {
+	for _, n := range []int{1024, 65536} {
+		b.Run(fmt.Sprintf("policies=%d", n), func(b *testing.B) {
+			r := rand.New(rand.NewPCG(7, 7))
+			ps := make([]Policy, 0, n)
+			for i := 0; i < n-1; i++ {
+				p := Policy{Dir: DirOut, Action: None}
+				p.Sel.Src = netip.PrefixFrom(netip.AddrFrom4([4]byte{10, byte(r.IntN(256)), byte(r.IntN(256)), byte(r.IntN(256))}), 8+r.IntN(25))
+				p.Sel.Dst = netip.PrefixFrom(netip.AddrFrom4([4]byte{172, byte(r.IntN(256)), byte(r.IntN(256)), byte(r.IntN(256))}), 8+r.IntN(25))
+				if r.IntN(2) == 0 {
+					p.Sel.Proto = 6
+				}
+				if r.IntN(2) == 0 {
+					p.Sel.DstPort = uint16(1 + r.IntN(100))
+				}
+				ps = append(ps, p)
+			}
+			ps = append(ps, Policy{Dir: DirOut, Action: Discard})
+			ps = dedupe(ps)
+			s := New()
+			if err := s.Replace(ps); err != nil {
+				b.Fatal(err)
+			}
+			b.ReportMetric(float64(s.Stats().Tuples[DirOut]), "tuples")
+			f := Flow{Src: addr("192.168.1.1"), Dst: addr("192.168.2.2"), Proto: 17, SrcPort: 1, DstPort: 2}
+			b.ReportAllocs()
+			for b.Loop() {
+				sink, _ = s.Classify(DirOut, f)
+			}
+		})
+	}
+}
+
+// BenchmarkReplace measures compiling a whole SPD.
+func BenchmarkReplace(b *testing.B) {
+	for _, n := range sizes {
+		b.Run(fmt.Sprintf("policies=%d", n), func(b *testing.B) {
+			ps := benchPolicies(n)
+			s := New()
+			for b.Loop() {
+				if err := s.Replace(ps); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}

@@ -1,0 +1,314 @@
+// Package builtin implements keeld's Go services (type=builtin in rc.d):
+//
+//   - cryptodev starts the crypto provider framework and loads the
+//     baseline providers of cryptodev_modules;
+//   - kld loads kld_list through the modules package, one module at a
+//     time in list order, so that each provider's arrival is visible;
+//   - ipsec starts the IPsec engine from ipsec_file (setkey format);
+//   - pktgen pushes ESP traffic through the engine's SAs.
+//
+// It also mounts the kldstat/kldload/kldunload, crypto and ipsec
+// endpoints on the control API and exports their Prometheus metrics.
+// A System is safe for concurrent use; the Manager serialises each
+// builtin's Start and Stop.
+package builtin
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/keelinit/keel/crypto"
+	"github.com/keelinit/keel/modules"
+	"github.com/keelinit/keel/services"
+	"github.com/keelinit/keel/services/api"
+)
+
+// Options configure a System.
+type Options struct {
+	// CalibrationBudget is passed to the crypto framework (per provider).
+	CalibrationBudget time.Duration
+	// Logger receives framework and loader events; nil means slog.Default().
+	Logger *slog.Logger
+}
+
+// System holds the state shared by the builtins: the module loader, the
+// crypto framework (while cryptodev runs) and the IPsec engine (while
+// ipsec runs).
+type System struct {
+	opts   Options
+	log    *slog.Logger
+	loader *modules.Loader
+
+	mu  sync.RWMutex
+	fw  *crypto.Framework
+	ips *ipsecService
+	pg  *pktgenService
+}
+
+// New returns a System with its own module loader over the modules
+// registered at init time.
+func New(opts Options) *System {
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	s := &System{opts: opts, log: opts.Logger, loader: modules.NewLoader(modules.WithLogger(opts.Logger))}
+	s.ips = &ipsecService{sys: s}
+	s.pg = &pktgenService{sys: s}
+	return s
+}
+
+// Loader returns the module loader.
+func (s *System) Loader() *modules.Loader { return s.loader }
+
+// Framework returns the crypto framework, or nil when cryptodev is not
+// running.
+func (s *System) Framework() *crypto.Framework {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.fw
+}
+
+// Builtins returns the builtin services by rc.d name.
+func (s *System) Builtins() map[string]services.Builtin {
+	return map[string]services.Builtin{
+		"cryptodev": &cryptodevService{sys: s},
+		"kld":       &kldService{sys: s},
+		"ipsec":     s.ips,
+		"pktgen":    s.pg,
+	}
+}
+
+// modCtx returns ctx carrying the crypto framework, so that provider
+// modules register with it.
+func (s *System) modCtx(ctx context.Context) context.Context {
+	if fw := s.Framework(); fw != nil {
+		return crypto.NewContext(ctx, fw)
+	}
+	return ctx
+}
+
+// LoadModules loads names (required_modules of an rc.d service).
+func (s *System) LoadModules(ctx context.Context, names []string) error {
+	return s.loader.Load(s.modCtx(ctx), names...)
+}
+
+// Close stops what the builtins left running (normally nothing after the
+// Manager's shutdown).
+func (s *System) Close(ctx context.Context) error {
+	var errs []error
+	errs = append(errs, s.pg.Stop(ctx))
+	if s.ips.running() {
+		errs = append(errs, s.ips.Stop(ctx))
+	}
+	s.mu.Lock()
+	fw := s.fw
+	s.fw = nil
+	s.mu.Unlock()
+	if fw != nil {
+		errs = append(errs, fw.Close(ctx))
+	}
+	return errors.Join(errs...)
+}
+
+// ---- cryptodev ----
+
+type cryptodevService struct {
+	sys    *System
+	loaded []string
+}
+
+func (c *cryptodevService) Settings(env services.BuiltinEnv) map[string]string {
+	return map[string]string{"cryptodev_modules": env.Config.Get("cryptodev_modules")}
+}
+
+func (c *cryptodevService) Start(ctx context.Context, env services.BuiltinEnv) error {
+	s := c.sys
+	t0 := time.Now()
+	fw := crypto.New(crypto.Options{CalibrationBudget: s.opts.CalibrationBudget, Logger: env.Log})
+	s.mu.Lock()
+	s.fw = fw
+	s.mu.Unlock()
+	c.loaded = nil
+	for _, name := range strings.Fields(env.Config.Get("cryptodev_modules")) {
+		if err := loadOne(s.modCtx(ctx), s, env.Log, name); err != nil {
+			return err
+		}
+		c.loaded = append(c.loaded, name)
+	}
+	env.Log.Info(fmt.Sprintf("crypto framework up in %v with %s", time.Since(t0).Round(time.Microsecond*10), providerSummary(fw)))
+	return nil
+}
+
+func (c *cryptodevService) Stop(ctx context.Context) error {
+	s := c.sys
+	var errs []error
+	// Unload every provider module still loaded, then the framework.
+	for _, st := range reverse(s.loader.Stat()) {
+		if st.Kind == modules.KindCryptoProvider && st.State == modules.StateLoaded {
+			err := s.loader.Unload(s.modCtx(ctx), st.Name)
+			if errors.Is(err, modules.ErrBusy) {
+				err = s.loader.Unload(s.modCtx(ctx), st.Name, modules.Force())
+			}
+			if err != nil && !errors.Is(err, modules.ErrNotLoaded) {
+				errs = append(errs, err)
+			}
+		}
+	}
+	if s.loader.IsLoaded(crypto.ModuleName) {
+		_ = s.loader.Unload(s.modCtx(ctx), crypto.ModuleName, modules.Force())
+	}
+	s.mu.Lock()
+	fw := s.fw
+	s.fw = nil
+	s.mu.Unlock()
+	if fw != nil {
+		errs = append(errs, fw.Close(ctx))
+	}
+	return errors.Join(errs...)
+}
+
+func (c *cryptodevService) Status() string {
+	fw := c.sys.Framework()
+	if fw == nil {
+		return ""
+	}
+	return providerSummary(fw)
+}
+
+func providerSummary(fw *crypto.Framework) string {
+	var parts []string
+	for _, p := range fw.Providers() {
+		parts = append(parts, fmt.Sprintf("%s(%s)", p.Name, p.State))
+	}
+	if len(parts) == 0 {
+		return "no providers"
+	}
+	return fmt.Sprintf("%d provider(s): %s", len(parts), strings.Join(parts, " "))
+}
+
+func reverse[T any](s []T) []T {
+	out := make([]T, len(s))
+	for i, v := range s {
+		out[len(s)-1-i] = v
+	}
+	return out
+}
+
+// loadOne loads one module and logs it like kldload.
+func loadOne(ctx context.Context, s *System, log *slog.Logger, name string) error {
+	t0 := time.Now()
+	id, err := s.loader.LoadOne(ctx, name)
+	if errors.Is(err, modules.ErrExist) {
+		log.Info(fmt.Sprintf("module %s already loaded (id %d)", name, id))
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	msg := fmt.Sprintf("loaded module %s (id %d) in %v", name, id, time.Since(t0).Round(time.Microsecond*10))
+	if fw := s.Framework(); fw != nil {
+		for _, p := range fw.Providers() {
+			if p.Name == name {
+				msg += fmt.Sprintf(": %s, self-test %s, %s", p.State, selfTestText(p.SelfTest), bestThroughput(p))
+			}
+		}
+	}
+	log.Info(msg)
+	return nil
+}
+
+func selfTestText(r crypto.SelfTestResult) string {
+	switch {
+	case r.Skipped:
+		return "skipped"
+	case r.Passed:
+		return fmt.Sprintf("passed (%d vectors)", r.Vectors)
+	}
+	return "FAILED: " + r.FailedVector
+}
+
+// bestThroughput renders the provider's calibrated speed at 1420 bytes
+// for its fastest algorithm.
+func bestThroughput(p crypto.ProviderStatus) string {
+	var best crypto.Throughput
+	gcm := crypto.Algorithm{Cipher: crypto.CipherAESGCM, KeyBits: 128}
+	for _, t := range p.Throughput {
+		if t.Size != crypto.CalibrationSizes[len(crypto.CalibrationSizes)-1] {
+			continue
+		}
+		if t.Alg == gcm {
+			best = t
+			break
+		}
+		if t.BytesPerSec > best.BytesPerSec && t.Alg.Cipher != crypto.CipherNull {
+			best = t
+		}
+	}
+	if best.BytesPerSec == 0 {
+		return "not calibrated"
+	}
+	return fmt.Sprintf("%.0f MB/s %s@%dB", best.BytesPerSec/1e6, best.Alg, best.Size)
+}
+
+// ---- kld ----
+
+type kldService struct {
+	sys    *System
+	loaded []string
+}
+
+func (k *kldService) Settings(env services.BuiltinEnv) map[string]string {
+	return map[string]string{"kld_list": env.Config.Get("kld_list")}
+}
+
+// Start loads kld_list one module at a time, in list order.
+func (k *kldService) Start(ctx context.Context, env services.BuiltinEnv) error {
+	k.loaded = nil
+	for _, name := range strings.Fields(env.Config.Get("kld_list")) {
+		name = strings.TrimSuffix(name[strings.LastIndexByte(name, '/')+1:], ".ko")
+		already := k.sys.loader.IsLoaded(name)
+		if err := loadOne(k.sys.modCtx(ctx), k.sys, env.Log, name); err != nil {
+			return fmt.Errorf("kld_list: %w", err)
+		}
+		if !already {
+			k.loaded = append(k.loaded, name)
+		}
+	}
+	return nil
+}
+
+// Stop unloads, in reverse order, the modules this service loaded.
+func (k *kldService) Stop(ctx context.Context) error {
+	var errs []error
+	for _, name := range reverse(k.loaded) {
+		if err := k.sys.loader.Unload(k.sys.modCtx(ctx), name); err != nil && !errors.Is(err, modules.ErrNotLoaded) {
+			errs = append(errs, err)
+		}
+	}
+	k.loaded = nil
+	return errors.Join(errs...)
+}
+
+func (k *kldService) Status() string {
+	var names []string
+	for _, st := range k.sys.loader.Stat() {
+		if st.State == modules.StateLoaded {
+			names = append(names, st.Name)
+		}
+	}
+	return fmt.Sprintf("%d module(s) loaded: %s", len(names), strings.Join(names, " "))
+}
+
+// Collectors returns the Prometheus collectors of the crypto framework
+// and the IPsec engine.
+func (s *System) Collectors() []prometheus.Collector { return []prometheus.Collector{collector{s}} }
+
+// Mount adds the module, crypto and ipsec endpoints to srv.
+func (s *System) Mount(srv *api.Server) { s.mount(srv) }

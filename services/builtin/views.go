@@ -1,0 +1,302 @@
+package builtin
+
+import (
+	"errors"
+	"fmt"
+	"maps"
+	"net/http"
+	"slices"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/keelinit/keel/ipsec"
+	"github.com/keelinit/keel/modules"
+	"github.com/keelinit/keel/services/api"
+)
+
+// Throughput is a calibrated speed, JSON-friendly.
+type Throughput struct {
+	Alg      string  `json:"alg"`
+	Size     int     `json:"size"`
+	MBPerSec float64 `json:"mb_per_sec"`
+}
+
+// Provider is GET /v1/crypto's view of a crypto provider.
+type Provider struct {
+	Name       string            `json:"name"`
+	Kind       string            `json:"kind"`
+	State      string            `json:"state"`
+	Emulated   bool              `json:"emulated,omitempty"`
+	Priority   int               `json:"priority"`
+	Params     map[string]string `json:"params,omitempty"`
+	SelfTest   string            `json:"self_test"`
+	SelfTestOK bool              `json:"self_test_ok"`
+	Throughput []Throughput      `json:"throughput,omitempty"`
+	Sessions   int64             `json:"sessions"`
+	RebindsIn  uint64            `json:"rebinds_in"`
+	RebindsOut uint64            `json:"rebinds_out"`
+	Faults     uint64            `json:"faults"`
+	LastFault  string            `json:"last_fault,omitempty"`
+}
+
+// Binding is GET /v1/crypto's view of a binding.
+type Binding struct {
+	ID        uint64 `json:"id"`
+	Alg       string `json:"alg"`
+	Provider  string `json:"provider"`
+	Submitted uint64 `json:"submitted"`
+	Completed uint64 `json:"completed"`
+	Retried   uint64 `json:"retried"`
+	Failed    uint64 `json:"failed"`
+	Rebinds   uint64 `json:"rebinds"`
+	InFlight  int    `json:"in_flight"`
+}
+
+// Crypto is GET /v1/crypto.
+type Crypto struct {
+	Running   bool       `json:"running"`
+	Providers []Provider `json:"providers"`
+	Bindings  []Binding  `json:"bindings"`
+}
+
+// SA is GET /v1/ipsec/sa's view of an SA. It never contains keys.
+type SA struct {
+	Src          string            `json:"src"`
+	Dst          string            `json:"dst"`
+	Proto        string            `json:"proto"`
+	SPI          uint32            `json:"spi"`
+	Mode         string            `json:"mode"`
+	ReqID        uint32            `json:"reqid,omitempty"`
+	ESN          bool              `json:"esn,omitempty"`
+	Alg          string            `json:"alg"`
+	ReplayWindow int               `json:"replay_window"`
+	State        string            `json:"state"`
+	Provider     string            `json:"provider"`
+	Rebinds      uint64            `json:"rebinds"`
+	Seq          uint64            `json:"seq"`
+	OutPackets   uint64            `json:"out_packets"`
+	OutBytes     uint64            `json:"out_bytes"`
+	InPackets    uint64            `json:"in_packets"`
+	InBytes      uint64            `json:"in_bytes"`
+	Drops        map[string]uint64 `json:"drops,omitempty"`
+	Pos          string            `json:"pos,omitempty"`
+}
+
+// Policy is GET /v1/ipsec/spd's view of a policy.
+type Policy struct {
+	Index  int    `json:"index"`
+	Dir    string `json:"dir"`
+	Policy string `json:"policy"` // setkey spdadd syntax
+	Pos    string `json:"pos,omitempty"`
+}
+
+// IPsec is GET /v1/ipsec/sa and /v1/ipsec/spd.
+type IPsec struct {
+	Running  bool              `json:"running"`
+	SAs      []SA              `json:"sas,omitempty"`
+	Policies []Policy          `json:"policies,omitempty"`
+	Counters *ipsec.Counters   `json:"counters,omitempty"`
+	Pktgen   string            `json:"pktgen,omitempty"`
+	Drops    map[string]uint64 `json:"drops,omitempty"`
+}
+
+// ModuleRequest is the body of POST /v1/modules/load and /unload.
+type ModuleRequest struct {
+	Name  string `json:"name"`
+	Force bool   `json:"force,omitempty"`
+}
+
+// CryptoView returns the crypto status.
+func (s *System) CryptoView() Crypto {
+	fw := s.Framework()
+	if fw == nil {
+		return Crypto{}
+	}
+	out := Crypto{Running: true}
+	for _, p := range fw.Providers() {
+		v := Provider{Name: p.Name, Kind: p.Kind.String(), State: string(p.State), Emulated: p.Emulated,
+			Priority: p.Priority, Params: p.Params, SelfTest: selfTestText(p.SelfTest), SelfTestOK: p.SelfTest.Passed,
+			Sessions: p.Sessions, RebindsIn: p.RebindsIn, RebindsOut: p.RebindsOut, Faults: p.Faults, LastFault: p.LastFault}
+		for _, t := range p.Throughput {
+			v.Throughput = append(v.Throughput, Throughput{Alg: t.Alg.String(), Size: t.Size, MBPerSec: t.BytesPerSec / 1e6})
+		}
+		out.Providers = append(out.Providers, v)
+	}
+	for _, b := range fw.Bindings() {
+		out.Bindings = append(out.Bindings, Binding{ID: b.ID, Alg: b.Alg.String(), Provider: b.Provider, Submitted: b.Submitted,
+			Completed: b.Completed, Retried: b.Retried, Failed: b.Failed, Rebinds: b.Rebinds, InFlight: b.InFlight})
+	}
+	return out
+}
+
+func saView(sa ipsec.SAStatus) SA {
+	return SA{Src: sa.Src.Addr().String(), Dst: sa.Dst.Addr().String(), Proto: sa.Proto.String(), SPI: sa.SPI,
+		Mode: fmt.Sprint(sa.Mode), ReqID: sa.ReqID, ESN: sa.ESN, Alg: sa.Alg.String(), ReplayWindow: sa.ReplayWindow,
+		State: sa.State, Provider: sa.Provider, Rebinds: sa.Rebinds, Seq: sa.Seq, OutPackets: sa.OutPackets,
+		OutBytes: sa.OutBytes, InPackets: sa.InPackets, InBytes: sa.InBytes, Drops: nonZero(sa.Drops), Pos: sa.Pos}
+}
+
+func nonZero(d ipsec.Drops) map[string]uint64 {
+	out := map[string]uint64{}
+	for k, v := range d {
+		if v != 0 {
+			out[k] = v
+		}
+	}
+	if len(out) == 0 {
+		return nil
+	}
+	return out
+}
+
+// IPsecView returns the SAs (without keys) and policies.
+func (s *System) IPsecView() IPsec {
+	eng := s.ips.engine()
+	if eng == nil {
+		return IPsec{}
+	}
+	out := IPsec{Running: true}
+	for _, sa := range eng.SAs() {
+		out.SAs = append(out.SAs, saView(sa))
+	}
+	for _, p := range eng.Policies() {
+		out.Policies = append(out.Policies, Policy{Index: p.Index, Dir: p.Dir.String(), Policy: p.String(), Pos: p.Pos})
+	}
+	c := eng.Counters()
+	out.Counters = &c
+	out.Drops = nonZero(c.Drops)
+	if s.pg.running() {
+		out.Pktgen = s.pg.Status()
+	}
+	return out
+}
+
+func (g *pktgenService) running() bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.cancel != nil
+}
+
+// Summary returns the lines keeld prints after boot: each SA's provider.
+func (s *System) Summary() []string {
+	var out []string
+	if eng := s.ips.engine(); eng != nil {
+		for _, sa := range eng.SAs() {
+			out = append(out, fmt.Sprintf("SA spi 0x%x %s %s->%s: bound to %s after %d rebind(s)", sa.SPI, sa.Alg, sa.Src.Addr(), sa.Dst.Addr(), orNone(sa.Provider), sa.Rebinds))
+		}
+	}
+	return out
+}
+
+func (s *System) mount(srv *api.Server) {
+	srv.Handle("GET /v1/modules", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		api.WriteJSON(w, 200, s.loader.Stat())
+	}))
+	modOp := func(load bool) http.HandlerFunc {
+		return func(w http.ResponseWriter, r *http.Request) {
+			var req ModuleRequest
+			if err := api.DecodeBody(r, &req); err != nil || req.Name == "" {
+				api.WriteError(w, http.StatusBadRequest, fmt.Errorf("body: want {\"name\": ...}: %v", err))
+				return
+			}
+			ctx := s.modCtx(r.Context())
+			var err error
+			t0 := time.Now()
+			if load {
+				_, err = s.loader.LoadOne(ctx, req.Name)
+			} else {
+				var opts []modules.UnloadOption
+				if req.Force {
+					opts = append(opts, modules.Force())
+				}
+				err = s.loader.Unload(ctx, req.Name, opts...)
+			}
+			switch {
+			case errors.Is(err, modules.ErrUnknown) || errors.Is(err, modules.ErrNotLoaded):
+				api.WriteError(w, http.StatusNotFound, err)
+				return
+			case err != nil:
+				api.WriteError(w, http.StatusConflict, err)
+				return
+			}
+			verb := "unloaded"
+			if load {
+				verb = "loaded"
+			}
+			s.log.Info(fmt.Sprintf("kld: %s %s in %v (control API)", verb, req.Name, time.Since(t0).Round(time.Microsecond)))
+			api.WriteJSON(w, 200, s.loader.Stat())
+		}
+	}
+	srv.Handle("POST /v1/modules/load", modOp(true))
+	srv.Handle("POST /v1/modules/unload", modOp(false))
+	srv.Handle("GET /v1/crypto", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		api.WriteJSON(w, 200, s.CryptoView())
+	}))
+	srv.Handle("GET /v1/ipsec/sa", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		v := s.IPsecView()
+		v.Policies = nil
+		api.WriteJSON(w, 200, v)
+	}))
+	srv.Handle("GET /v1/ipsec/spd", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		v := s.IPsecView()
+		v.SAs = nil
+		api.WriteJSON(w, 200, v)
+	}))
+}
+
+// collector exports providers and SAs to Prometheus.
+type collector struct{ s *System }
+
+var (
+	descProvState = prometheus.NewDesc("keel_crypto_provider_state", "1 for the provider's current state.", []string{"provider", "kind", "state"}, nil)
+	descProvTput  = prometheus.NewDesc("keel_crypto_provider_calibrated_bytes_per_second", "Calibrated throughput.", []string{"provider", "alg", "size"}, nil)
+	descProvSess  = prometheus.NewDesc("keel_crypto_provider_sessions", "Open sessions.", []string{"provider"}, nil)
+	descProvReb   = prometheus.NewDesc("keel_crypto_provider_rebinds_in_total", "Bindings moved to the provider.", []string{"provider"}, nil)
+	descProvBytes = prometheus.NewDesc("keel_crypto_provider_sa_bytes_total", "Inner bytes through SAs currently bound to the provider.", []string{"provider"}, nil)
+	descSAPkts    = prometheus.NewDesc("keel_ipsec_sa_packets_total", "Packets through the SA.", []string{"spi", "dir"}, nil)
+	descSABytes   = prometheus.NewDesc("keel_ipsec_sa_bytes_total", "Inner bytes through the SA.", []string{"spi", "dir"}, nil)
+	descSADrops   = prometheus.NewDesc("keel_ipsec_sa_drops_total", "Packets dropped on the SA, by reason.", []string{"spi", "reason"}, nil)
+	descSARebinds = prometheus.NewDesc("keel_ipsec_sa_rebinds_total", "Crypto rebinds of the SA.", []string{"spi", "provider"}, nil)
+)
+
+func (c collector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{descProvState, descProvTput, descProvSess, descProvReb, descProvBytes, descSAPkts, descSABytes, descSADrops, descSARebinds} {
+		ch <- d
+	}
+}
+
+func (c collector) Collect(ch chan<- prometheus.Metric) {
+	cv := c.s.CryptoView()
+	provBytes := map[string]float64{}
+	for _, p := range cv.Providers {
+		provBytes[p.Name] = 0
+	}
+	if eng := c.s.ips.engine(); eng != nil {
+		for _, sa := range eng.SAs() {
+			spi := fmt.Sprintf("0x%x", sa.SPI)
+			ch <- prometheus.MustNewConstMetric(descSAPkts, prometheus.CounterValue, float64(sa.OutPackets), spi, "out")
+			ch <- prometheus.MustNewConstMetric(descSAPkts, prometheus.CounterValue, float64(sa.InPackets), spi, "in")
+			ch <- prometheus.MustNewConstMetric(descSABytes, prometheus.CounterValue, float64(sa.OutBytes), spi, "out")
+			ch <- prometheus.MustNewConstMetric(descSABytes, prometheus.CounterValue, float64(sa.InBytes), spi, "in")
+			ch <- prometheus.MustNewConstMetric(descSARebinds, prometheus.CounterValue, float64(sa.Rebinds), spi, sa.Provider)
+			for _, reason := range slices.Sorted(maps.Keys(sa.Drops)) {
+				ch <- prometheus.MustNewConstMetric(descSADrops, prometheus.CounterValue, float64(sa.Drops[reason]), spi, reason)
+			}
+			if _, ok := provBytes[sa.Provider]; ok {
+				provBytes[sa.Provider] += float64(sa.OutBytes + sa.InBytes)
+			}
+		}
+	}
+	for _, p := range cv.Providers {
+		ch <- prometheus.MustNewConstMetric(descProvState, prometheus.GaugeValue, 1, p.Name, p.Kind, p.State)
+		ch <- prometheus.MustNewConstMetric(descProvSess, prometheus.GaugeValue, float64(p.Sessions), p.Name)
+		ch <- prometheus.MustNewConstMetric(descProvReb, prometheus.CounterValue, float64(p.RebindsIn), p.Name)
+		ch <- prometheus.MustNewConstMetric(descProvBytes, prometheus.GaugeValue, provBytes[p.Name], p.Name)
+		for _, t := range p.Throughput {
+			ch <- prometheus.MustNewConstMetric(descProvTput, prometheus.GaugeValue, t.MBPerSec*1e6, p.Name, t.Alg, fmt.Sprint(t.Size))
+		}
+	}
+}
+
+func sortedKeys[V any](m map[string]V) []string { return slices.Sorted(maps.Keys(m)) }

@@ -1,0 +1,131 @@
+package services
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"path"
+	"slices"
+	"strings"
+
+	"github.com/keelinit/keel/services/rcconf"
+)
+
+// Catalog is one evaluation of a root: the rc.conf chain, the rc.d
+// services and their dependency graph. It is immutable once built.
+type Catalog struct {
+	Chain *rcconf.Chain
+	// Defs are the services in rc.d order.
+	Defs []*Definition
+	// Deps[i] lists the indices into Defs that Defs[i] waits for.
+	Deps [][]int
+	// Problems are ordering warnings (missing providers, cycles...).
+	Problems []string
+	byName   map[string]int
+}
+
+// Lookup returns the index of the named service.
+func (c *Catalog) Lookup(name string) (int, bool) {
+	i, ok := c.byName[name]
+	return i, ok
+}
+
+// RequiredBy returns the indices of the services that wait for i.
+func (c *Catalog) RequiredBy(i int) []int {
+	var out []int
+	for j, ds := range c.Deps {
+		if slices.Contains(ds, i) {
+			out = append(out, j)
+		}
+	}
+	return out
+}
+
+// LoadCatalog reads rc.conf and every regular file under etc/rc.d of root.
+// seed holds built-in variables visible to rc.conf (keel_runtime_dir...).
+// An rc.conf error is returned as an error; a bad rc.d file becomes a
+// Definition with Err set, so that the rest of the appliance still boots.
+// execBit reports whether a file is executable (fs.FS implementations that
+// do not carry modes, like embed.FS, report none).
+func LoadCatalog(root fs.FS, seed map[string]string) (*Catalog, error) {
+	chain, err := rcconf.Load(root, seed)
+	if err != nil {
+		return nil, err
+	}
+	ents, err := fs.ReadDir(root, RCDir)
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return nil, fmt.Errorf("%s: %w", RCDir, err)
+	}
+	var paths []string
+	modes := map[string]fs.FileMode{}
+	for _, e := range ents {
+		info, err := e.Info()
+		if err != nil || !info.Mode().IsRegular() || strings.HasPrefix(e.Name(), ".") {
+			continue
+		}
+		p := path.Join(RCDir, e.Name())
+		paths = append(paths, p)
+		modes[p] = info.Mode()
+	}
+	hdrs, herrs := scanHeaders(root, paths)
+	c := &Catalog{Chain: chain, byName: map[string]int{}}
+	for _, e := range herrs {
+		c.Problems = append(c.Problems, e.Error())
+	}
+	for _, h := range hdrs {
+		data, err := fs.ReadFile(root, h.Path)
+		var d *Definition
+		if err == nil {
+			d, err = ParseDefinition(chain, h, data, modes[h.Path]&0o111 != 0)
+		}
+		if err != nil {
+			d = &Definition{Header: h, Name: path.Base(h.Path), Type: TypeOneshot, Err: err, Enabled: true, Settings: map[string]string{}}
+		}
+		if j, dup := c.byName[d.Name]; dup {
+			d = &Definition{Header: h, Name: path.Base(h.Path) + "@" + path.Base(h.Path), Type: TypeOneshot, Enabled: true, Settings: map[string]string{},
+				Err: fmt.Errorf("%s: %w: name %q already used by %s", h.Path, ErrBadService, d.Name, c.Defs[j].Path)}
+		}
+		c.byName[d.Name] = len(c.Defs)
+		c.Defs = append(c.Defs, d)
+	}
+	hs := make([]Header, len(c.Defs))
+	for i, d := range c.Defs {
+		hs[i] = d.Header
+	}
+	deps, problems := orderGraph(hs)
+	c.Deps = deps
+	c.Problems = append(c.Problems, problems...)
+	for _, i := range BreakCycles(deps) {
+		d := *c.Defs[i]
+		if d.Err == nil {
+			d.Err = fmt.Errorf("%s: dependency cycle", d.Path)
+		}
+		c.Defs[i] = &d
+		c.Deps[i] = nil
+	}
+	return c, nil
+}
+
+// DOT renders the service graph: an edge A -> B means A waits for B.
+// Disabled services are grey, failed-to-parse ones red.
+func (c *Catalog) DOT() string {
+	var sb strings.Builder
+	sb.WriteString("digraph keel {\n\trankdir=LR;\n")
+	for _, d := range c.Defs {
+		attr := ""
+		switch {
+		case d.Err != nil:
+			attr = ` color=red`
+		case !d.Enabled:
+			attr = ` style=dashed color=grey`
+		}
+		fmt.Fprintf(&sb, "\t%q [label=%q%s];\n", d.Name, d.Name+"\\n"+string(d.Type), attr)
+	}
+	for i, ds := range c.Deps {
+		for _, j := range ds {
+			fmt.Fprintf(&sb, "\t%q -> %q;\n", c.Defs[i].Name, c.Defs[j].Name)
+		}
+	}
+	sb.WriteString("}\n")
+	return sb.String()
+}

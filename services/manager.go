@@ -1,0 +1,640 @@
+package services
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"maps"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/keelinit/keel/services/notify"
+)
+
+// Options configure a Manager.
+type Options struct {
+	// Root is the configuration root: etc/defaults/rc.conf, etc/rc.conf,
+	// etc/rc.d/... are read from it. Required.
+	Root fs.FS
+	// RootDir is the host directory behind Root, if any; required_files
+	// and relative paths are resolved against it. Empty for an embedded
+	// root, where required_files are checked inside Root.
+	RootDir string
+	// RuntimeDir holds the notify socket (and, by rc.conf convention,
+	// pidfiles). It must exist.
+	RuntimeDir string
+	// Seed are built-in rc.conf variables evaluated before defaults/rc.conf.
+	Seed map[string]string
+	// Logger receives the boot log; nil means slog.Default().
+	Logger *slog.Logger
+	// Builtins implement type=builtin services, by service name.
+	Builtins map[string]Builtin
+	// LoadModules loads required_modules; nil makes such services fail.
+	LoadModules func(ctx context.Context, names []string) error
+	// NoNotify disables the sd_notify server (notify=yes services then
+	// never become ready).
+	NoNotify bool
+	// OnProgress is called after every service finishes starting during
+	// boot (e.g. to send EXTEND_TIMEOUT_USEC/STATUS= to systemd). Optional.
+	OnProgress func(done, total int, name string)
+}
+
+// Manager runs the appliance. Create with New, then Boot; Shutdown stops
+// everything. All methods are safe for concurrent use.
+type Manager struct {
+	opts Options
+	log  *slog.Logger
+
+	mu       sync.RWMutex
+	cat      *Catalog
+	units    map[string]*unit
+	timeline Timeline
+	stopped  []string // shutdown order, for status and tests
+
+	notify   *notify.Server
+	pidMu    sync.Mutex
+	pids     map[int]*unit
+	stopping chan struct{}
+	stopOnce sync.Once
+	booted   chan struct{}
+	bootOnce sync.Once
+	opMu     sync.Mutex // serialises reload, manual start/stop and shutdown
+}
+
+// New loads the catalog (rc.conf and rc.d) and starts the notify server.
+// It does not start any service.
+func New(opts Options) (*Manager, error) {
+	if opts.Root == nil {
+		return nil, errors.New("services: Options.Root is required")
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	m := &Manager{opts: opts, log: opts.Logger, units: map[string]*unit{}, pids: map[int]*unit{},
+		stopping: make(chan struct{}), booted: make(chan struct{})}
+	cat, err := m.loadCatalog()
+	if err != nil {
+		return nil, err
+	}
+	m.cat = cat
+	for _, d := range cat.Defs {
+		m.units[d.Name] = &unit{m: m, name: d.Name, def: d, state: StateInactive}
+	}
+	if !opts.NoNotify {
+		if opts.RuntimeDir == "" {
+			return nil, errors.New("services: Options.RuntimeDir is required for the notify socket")
+		}
+		s, err := notify.Listen(filepath.Join(opts.RuntimeDir, "notify.sock"), m.onNotify, func(err error) {
+			m.log.Warn("notify: " + err.Error())
+		})
+		if err != nil {
+			return nil, err
+		}
+		m.notify = s
+	}
+	return m, nil
+}
+
+func (m *Manager) loadCatalog() (*Catalog, error) {
+	cat, err := LoadCatalog(m.opts.Root, m.opts.Seed)
+	if err != nil {
+		return nil, err
+	}
+	for i, d := range cat.Defs {
+		if d.Type != TypeBuiltin || d.Err != nil {
+			continue
+		}
+		b, ok := m.opts.Builtins[d.Name]
+		if !ok {
+			dd := *d
+			dd.Err = fmt.Errorf("%s: %w %q (have %v)", d.Path, ErrNoBuiltin, d.Name, sortedKeys(m.opts.Builtins))
+			cat.Defs[i] = &dd
+			continue
+		}
+		dd := *d
+		dd.Settings = maps.Clone(d.Settings)
+		for k, v := range b.Settings(BuiltinEnv{Name: d.Name, Config: d.Config, Root: m.opts.Root, Log: m.log}) {
+			dd.Settings[k] = v
+		}
+		cat.Defs[i] = &dd
+	}
+	return cat, nil
+}
+
+// Catalog returns the current catalog.
+func (m *Manager) Catalog() *Catalog {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	return m.cat
+}
+
+// Problems returns the ordering warnings of the current catalog.
+func (m *Manager) Problems() []string { return m.Catalog().Problems }
+
+func (m *Manager) unit(name string) (*unit, error) {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	u, ok := m.units[name]
+	if !ok {
+		return nil, fmt.Errorf("%w %q", ErrUnknownService, name)
+	}
+	return u, nil
+}
+
+// Booted is closed when Boot has finished.
+func (m *Manager) Booted() <-chan struct{} { return m.booted }
+
+// Boot starts every service of the catalog as a DAG and returns when all
+// are started, failed, blocked or disabled. It returns an error listing
+// the failed services, if any; the appliance keeps running regardless.
+func (m *Manager) Boot(ctx context.Context) error {
+	m.opMu.Lock()
+	defer m.opMu.Unlock()
+	defer m.bootOnce.Do(func() { close(m.booted) })
+	cat := m.Catalog()
+	units := make([]*unit, len(cat.Defs))
+	m.mu.Lock()
+	for i, d := range cat.Defs {
+		units[i] = m.units[d.Name]
+	}
+	t0 := time.Now()
+	m.timeline = Timeline{Started: t0}
+	m.mu.Unlock()
+	for _, p := range cat.Problems {
+		m.log.Warn("rcorder: " + p)
+	}
+	for _, u := range units {
+		u.set(StateWaiting, "")
+	}
+	var doneN int
+	var dmu sync.Mutex
+	outs := RunDAG(ctx, cat.Deps, func(ctx context.Context, i int) error {
+		return units[i].start(ctx)
+	}, func(i int, o Outcome) {
+		if o.BlockedBy >= 0 {
+			units[i].set(StateBlocked, "blocked by "+cat.Defs[o.BlockedBy].Name)
+			units[i].logf(slog.LevelWarn, "not started: blocked by %s", cat.Defs[o.BlockedBy].Name)
+		}
+		if m.opts.OnProgress != nil {
+			dmu.Lock()
+			doneN++
+			n := doneN
+			dmu.Unlock()
+			m.opts.OnProgress(n, len(units), cat.Defs[i].Name)
+		}
+	})
+	spans := make([]Span, 0, len(outs))
+	var failed []string
+	for i, o := range outs {
+		d := cat.Defs[i]
+		st := units[i].snapshot().State
+		sp := Span{Name: d.Name, State: st}
+		for _, j := range cat.Deps[i] {
+			sp.Requires = append(sp.Requires, cat.Defs[j].Name)
+		}
+		if o.Ran() && st != StateDisabled {
+			sp.Start, sp.Ready = o.Start.Sub(t0), o.End.Sub(t0)
+		}
+		spans = append(spans, sp)
+		if o.Err != nil && o.BlockedBy < 0 {
+			failed = append(failed, d.Name)
+		}
+	}
+	m.mu.Lock()
+	m.timeline.Spans = spans
+	m.timeline.Finished = time.Since(t0)
+	m.mu.Unlock()
+	if len(failed) > 0 {
+		return fmt.Errorf("boot: %d service(s) failed: %s", len(failed), strings.Join(failed, ", "))
+	}
+	return nil
+}
+
+// Timeline returns the boot timeline.
+func (m *Manager) Timeline() Timeline {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	tl := m.timeline
+	tl.Spans = slices.Clone(tl.Spans)
+	return tl
+}
+
+// Status returns one row per service, in rc.d order.
+func (m *Manager) Status() []Status {
+	cat := m.Catalog()
+	out := make([]Status, 0, len(cat.Defs))
+	for _, d := range cat.Defs {
+		if u, err := m.unit(d.Name); err == nil {
+			out = append(out, u.snapshot())
+		}
+	}
+	return out
+}
+
+// Detail returns the status of one service with its relations and last
+// log lines (at most lines; 0 means 10).
+func (m *Manager) Detail(name string, lines int) (Detail, error) {
+	u, err := m.unit(name)
+	if err != nil {
+		return Detail{}, err
+	}
+	if lines <= 0 {
+		lines = 10
+	}
+	cat := m.Catalog()
+	i, _ := cat.Lookup(name)
+	d := u.getDef()
+	det := Detail{Status: u.snapshot(), Path: d.Path, Provides: d.Provides, Command: d.Argv(), Rcvar: d.Rcvar,
+		Settings: d.Settings, Log: u.ring.last(lines), Keywords: d.Keywords}
+	for _, j := range cat.Deps[i] {
+		det.Requires = append(det.Requires, cat.Defs[j].Name)
+	}
+	for _, j := range cat.RequiredBy(i) {
+		det.RequiredBy = append(det.RequiredBy, cat.Defs[j].Name)
+	}
+	return det, nil
+}
+
+// Graph returns the DOT rendering of the current catalog.
+func (m *Manager) Graph() string { return m.Catalog().DOT() }
+
+// Start starts a service, first starting any requirement that is not
+// active. A disabled service is refused.
+func (m *Manager) Start(ctx context.Context, name string) error {
+	m.opMu.Lock()
+	defer m.opMu.Unlock()
+	return m.startLocked(ctx, name, map[string]bool{})
+}
+
+func (m *Manager) startLocked(ctx context.Context, name string, seen map[string]bool) error {
+	if m.isStopping() {
+		return ErrShuttingDown
+	}
+	u, err := m.unit(name)
+	if err != nil {
+		return err
+	}
+	if seen[name] {
+		return nil
+	}
+	seen[name] = true
+	d := u.getDef()
+	if !d.Enabled {
+		return fmt.Errorf("%s: disabled (%s)", name, disabledReason(d))
+	}
+	cat := m.Catalog()
+	i, _ := cat.Lookup(name)
+	for _, j := range cat.Deps[i] {
+		dep := cat.Defs[j]
+		du, _ := m.unit(dep.Name)
+		if !dep.Enabled || du.active() {
+			continue
+		}
+		if err := m.startLocked(ctx, dep.Name, seen); err != nil {
+			u.set(StateBlocked, "blocked by "+dep.Name)
+			return fmt.Errorf("%s: requirement %s: %w", name, dep.Name, err)
+		}
+	}
+	if u.active() {
+		return nil
+	}
+	return u.start(ctx)
+}
+
+// Stop stops a service after stopping the active services that require it.
+func (m *Manager) Stop(ctx context.Context, name string) error {
+	m.opMu.Lock()
+	defer m.opMu.Unlock()
+	return m.stopLocked(ctx, name, map[string]bool{})
+}
+
+func (m *Manager) stopLocked(ctx context.Context, name string, seen map[string]bool) error {
+	u, err := m.unit(name)
+	if err != nil {
+		return err
+	}
+	if seen[name] {
+		return nil
+	}
+	seen[name] = true
+	cat := m.Catalog()
+	i, _ := cat.Lookup(name)
+	var errs []error
+	for _, j := range cat.RequiredBy(i) {
+		if du, _ := m.unit(cat.Defs[j].Name); du != nil && du.active() {
+			errs = append(errs, m.stopLocked(ctx, cat.Defs[j].Name, seen))
+		}
+	}
+	errs = append(errs, u.stop(ctx))
+	return errors.Join(errs...)
+}
+
+// Restart stops then starts a service (its dependents stay up when it is
+// a daemon or builtin restarted in place).
+func (m *Manager) Restart(ctx context.Context, name string) error {
+	m.opMu.Lock()
+	defer m.opMu.Unlock()
+	u, err := m.unit(name)
+	if err != nil {
+		return err
+	}
+	if err := u.stop(ctx); err != nil {
+		u.logf(slog.LevelWarn, "restart: %v", err)
+	}
+	return m.startLocked(ctx, name, map[string]bool{})
+}
+
+// ReloadService asks a running service to reload: a Reloader builtin
+// re-applies its configuration, a daemon gets SIGHUP, a script runs
+// "reload"; others are restarted.
+func (m *Manager) ReloadService(ctx context.Context, name string) error {
+	u, err := m.unit(name)
+	if err != nil {
+		return err
+	}
+	u.mu.Lock()
+	d, p, b, st := u.def, u.proc, u.builtin, u.state
+	u.mu.Unlock()
+	if st != StateRunning && st != StateExited {
+		return fmt.Errorf("%s is %s", name, st)
+	}
+	switch {
+	case d.Type == TypeDaemon && p != nil:
+		u.logf(slog.LevelInfo, "reload: sending SIGHUP to %d", p.pid)
+		return killGroup(p.pid, 1)
+	case d.Type == TypeBuiltin && b != nil:
+		if r, ok := b.(Reloader); ok {
+			u.logf(slog.LevelInfo, "reload")
+			return r.Reload(ctx, u.env(d))
+		}
+	case d.Type == TypeScript:
+		return u.runAux(ctx, d, "reload", append(d.Argv(), "reload"))
+	}
+	return m.Restart(ctx, name)
+}
+
+// ReloadResult says what a configuration reload changed.
+type ReloadResult struct {
+	Restarted []string `json:"restarted,omitempty"`
+	Started   []string `json:"started,omitempty"`
+	Stopped   []string `json:"stopped,omitempty"`
+	Unchanged int      `json:"unchanged"`
+}
+
+// Reload re-evaluates rc.conf and rc.d. Services whose effective settings
+// changed are restarted, newly enabled ones started, disabled or removed
+// ones stopped; the others are left alone. On an rc.conf error nothing
+// changes and the error is returned.
+func (m *Manager) Reload(ctx context.Context) (ReloadResult, error) {
+	m.opMu.Lock()
+	defer m.opMu.Unlock()
+	var res ReloadResult
+	if m.isStopping() {
+		return res, ErrShuttingDown
+	}
+	newCat, err := m.loadCatalog()
+	if err != nil {
+		return res, fmt.Errorf("reload: %w", err)
+	}
+	old := m.Catalog()
+	type change struct {
+		u      *unit
+		def    *Definition
+		wasUp  bool
+		action string
+	}
+	var changes []change
+	m.mu.Lock()
+	for _, d := range newCat.Defs {
+		u, ok := m.units[d.Name]
+		if !ok {
+			u = &unit{m: m, name: d.Name, def: d, state: StateInactive}
+			m.units[d.Name] = u
+			changes = append(changes, change{u: u, def: d, action: "start"})
+			continue
+		}
+		od := u.def
+		if od.Fingerprint() == d.Fingerprint() && od.Enabled == d.Enabled && errors.Is(od.Err, d.Err) && (od.Err == nil) == (d.Err == nil) {
+			res.Unchanged++
+			continue
+		}
+		changes = append(changes, change{u: u, def: d, wasUp: u.state.Active() || u.state == StateStarting, action: "restart"})
+	}
+	var removed []*unit
+	for _, d := range old.Defs {
+		if _, ok := newCat.Lookup(d.Name); !ok {
+			removed = append(removed, m.units[d.Name])
+		}
+	}
+	m.mu.Unlock()
+	// Stop what changed or went away, dependents first (reverse order).
+	for i := len(removed) - 1; i >= 0; i-- {
+		if err := removed[i].stop(ctx); err != nil {
+			removed[i].logf(slog.LevelWarn, "stop: %v", err)
+		}
+		res.Stopped = append(res.Stopped, removed[i].name)
+	}
+	for i := len(changes) - 1; i >= 0; i-- {
+		c := changes[i]
+		if c.wasUp {
+			if err := c.u.stop(ctx); err != nil {
+				c.u.logf(slog.LevelWarn, "stop: %v", err)
+			}
+		}
+	}
+	m.mu.Lock()
+	for _, u := range removed {
+		delete(m.units, u.name)
+	}
+	for _, c := range changes {
+		c.u.mu.Lock()
+		c.u.def = c.def
+		c.u.mu.Unlock()
+	}
+	m.cat = newCat
+	m.mu.Unlock()
+	var errs []error
+	for _, c := range changes {
+		switch {
+		case !c.def.Enabled:
+			c.u.set(StateDisabled, disabledReason(c.def))
+			if c.wasUp {
+				res.Stopped = append(res.Stopped, c.u.name)
+			}
+		default:
+			c.u.logf(slog.LevelInfo, "settings changed; starting")
+			if err := m.startLocked(ctx, c.u.name, map[string]bool{}); err != nil {
+				errs = append(errs, err)
+			}
+			if c.wasUp {
+				res.Restarted = append(res.Restarted, c.u.name)
+			} else {
+				res.Started = append(res.Started, c.u.name)
+			}
+		}
+	}
+	m.log.Info("reload done", "restarted", res.Restarted, "started", res.Started, "stopped", res.Stopped, "unchanged", res.Unchanged)
+	return res, errors.Join(errs...)
+}
+
+func (m *Manager) isStopping() bool {
+	select {
+	case <-m.stopping:
+		return true
+	default:
+		return false
+	}
+}
+
+// Stopping is closed when Shutdown begins.
+func (m *Manager) Stopping() <-chan struct{} { return m.stopping }
+
+// Shutdown stops every service in reverse dependency order (a service
+// stops only after every service that requires it has stopped, in
+// parallel otherwise) and closes the notify server. Later calls return
+// immediately with nil. Pending restarts are cancelled.
+func (m *Manager) Shutdown(ctx context.Context) error {
+	first := false
+	m.stopOnce.Do(func() { close(m.stopping); first = true })
+	if !first {
+		return nil
+	}
+	m.opMu.Lock()
+	defer m.opMu.Unlock()
+	cat := m.Catalog()
+	n := len(cat.Defs)
+	rdeps := make([][]int, n)
+	for i, ds := range cat.Deps {
+		for _, d := range ds {
+			rdeps[d] = append(rdeps[d], i)
+		}
+	}
+	units := make([]*unit, n)
+	for i, d := range cat.Defs {
+		units[i], _ = m.unit(d.Name)
+	}
+	m.log.Info("shutdown: stopping services in reverse order")
+	var smu sync.Mutex
+	var errs []error
+	RunDAG(context.WithoutCancel(ctx), rdeps, func(ctx context.Context, i int) error {
+		u := units[i]
+		if u == nil {
+			return nil
+		}
+		wasUp := u.active()
+		if err := u.stop(ctx); err != nil {
+			smu.Lock()
+			errs = append(errs, fmt.Errorf("%s: %w", u.name, err))
+			smu.Unlock()
+		}
+		if wasUp {
+			smu.Lock()
+			m.stopped = append(m.stopped, u.name)
+			smu.Unlock()
+		}
+		return nil // keep going: a failed stop must not block the rest
+	}, nil)
+	if m.notify != nil {
+		_ = m.notify.Close()
+	}
+	m.log.Info("shutdown complete", "stopped", len(m.stopped))
+	return errors.Join(errs...)
+}
+
+// StopOrder returns the services stopped by Shutdown, in order.
+func (m *Manager) StopOrder() []string {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	return slices.Clone(m.stopped)
+}
+
+// checkFile checks a required file, always relative to the root: under
+// RootDir when set, else inside Root.
+func (m *Manager) checkFile(p string) error {
+	if m.opts.RootDir != "" {
+		_, err := os.Stat(filepath.Join(m.opts.RootDir, p))
+		return err
+	}
+	_, err := fs.Stat(m.opts.Root, strings.TrimPrefix(filepath.Clean(p), "/"))
+	return err
+}
+
+func (m *Manager) childEnv(d *Definition) []string {
+	var env []string
+	for _, kv := range os.Environ() {
+		k, _, _ := strings.Cut(kv, "=")
+		switch k {
+		case "NOTIFY_SOCKET", "LISTEN_PID", "LISTEN_FDS", "LISTEN_FDNAMES", "WATCHDOG_USEC", "WATCHDOG_PID", "INVOCATION_ID", "JOURNAL_STREAM":
+			continue
+		}
+		env = append(env, kv)
+	}
+	if m.notify != nil {
+		env = append(env, "NOTIFY_SOCKET="+m.notify.Path())
+	}
+	env = append(env, "KEEL_SERVICE="+d.Name, "KEEL_RUNTIME_DIR="+m.opts.RuntimeDir)
+	return env
+}
+
+func (m *Manager) trackPID(pid int, u *unit) {
+	m.pidMu.Lock()
+	m.pids[pid] = u
+	m.pidMu.Unlock()
+}
+
+func (m *Manager) untrackPID(pid int) {
+	m.pidMu.Lock()
+	delete(m.pids, pid)
+	m.pidMu.Unlock()
+}
+
+// owner finds the service whose main process is pid or an ancestor of pid.
+func (m *Manager) owner(pid int) *unit {
+	for range 32 {
+		m.pidMu.Lock()
+		u := m.pids[pid]
+		m.pidMu.Unlock()
+		if u != nil {
+			return u
+		}
+		pp, ok := parentPID(pid)
+		if !ok || pp <= 1 || pp == os.Getpid() {
+			return nil
+		}
+		pid = pp
+	}
+	return nil
+}
+
+func (m *Manager) onNotify(msg notify.Message) {
+	u := m.owner(msg.PID)
+	if u == nil {
+		m.log.Warn("notify: message from pid that belongs to no service; ignored", "pid", msg.PID, "uid", msg.UID)
+		return
+	}
+	u.mu.Lock()
+	p := u.proc
+	d := u.def
+	if s, ok := msg.Fields["STATUS"]; ok {
+		u.statusText = s
+	}
+	u.mu.Unlock()
+	if msg.Ready() && p != nil {
+		if !d.Notify {
+			u.logf(slog.LevelDebug, "READY=1 from pid %d (notify=no, ignored for readiness)", msg.PID)
+		}
+		p.markReady()
+	}
+	if msg.Fields["STOPPING"] == "1" {
+		u.logf(slog.LevelInfo, "service reports STOPPING=1")
+	}
+}
+
+// Close shuts down (if not done yet) and releases the notify socket.
+func (m *Manager) Close() error { return m.Shutdown(context.Background()) }

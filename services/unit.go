@@ -1,0 +1,519 @@
+package services
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/keelinit/keel/services/rcconf"
+)
+
+// Builtin is a service implemented in Go (type=builtin). The Manager calls
+// Start and Stop serialised per service; Status may be called at any time.
+type Builtin interface {
+	// Settings returns extra effective settings derived from the
+	// configuration (e.g. kld_list, a hash of ipsec_file), so that a reload
+	// restarts the builtin when they change.
+	Settings(env BuiltinEnv) map[string]string
+	// Start brings the service up and returns when it is ready, or an
+	// error. ctx carries the start timeout.
+	Start(ctx context.Context, env BuiltinEnv) error
+	// Stop brings it down. It is called only after a successful Start.
+	Stop(ctx context.Context) error
+	// Status is a one-line STATUS= text.
+	Status() string
+}
+
+// Reloader is implemented by builtins that can apply a configuration
+// change in place (keelctl reload NAME) instead of being restarted.
+type Reloader interface {
+	Reload(ctx context.Context, env BuiltinEnv) error
+}
+
+// BuiltinEnv is what a builtin gets from the Manager.
+type BuiltinEnv struct {
+	Name   string
+	Config *rcconf.Config // the service's rc.conf view
+	Root   fs.FS          // the configuration root (etc/... inside)
+	Log    *slog.Logger   // goes to keeld's log and the service's log lines
+}
+
+// proc is one running process of a daemon.
+type proc struct {
+	cmd       *exec.Cmd
+	pid       int
+	started   time.Time
+	exited    chan struct{}
+	state     *os.ProcessState
+	waitErr   error
+	ready     chan struct{}
+	readyOnce sync.Once
+}
+
+func (p *proc) markReady() { p.readyOnce.Do(func() { close(p.ready) }) }
+
+// unit is the runtime state of one service.
+type unit struct {
+	m    *Manager
+	name string
+	ring logRing
+
+	op sync.Mutex // serialises start/stop/restart
+
+	mu         sync.Mutex
+	def        *Definition
+	state      State
+	reason     string
+	since      time.Time
+	startDur   time.Duration
+	restarts   int
+	statusText string
+	proc       *proc
+	builtin    Builtin
+	gen        int // bumped by every user stop/start, cancels pending restarts
+	failStreak int
+}
+
+func (u *unit) set(st State, reason string) {
+	u.mu.Lock()
+	u.state, u.reason, u.since = st, reason, time.Now()
+	u.mu.Unlock()
+}
+
+func (u *unit) snapshot() Status {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	s := Status{Name: u.name, Type: u.def.Type, State: u.state, Since: u.since, Duration: u.startDur,
+		Reason: u.reason, Restarts: u.restarts, StatusText: u.statusText}
+	if u.proc != nil && u.state != StateStopped && u.state != StateFailed {
+		s.PID = u.proc.pid
+	}
+	if u.builtin != nil && (u.state == StateRunning || u.state == StateStarting) {
+		s.StatusText = u.builtin.Status()
+	}
+	return s
+}
+
+func (u *unit) getDef() *Definition {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return u.def
+}
+
+func (u *unit) active() bool {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return u.state.Active() || u.state == StateStarting
+}
+
+// start brings the unit up: required files, modules, start_precmd, then
+// the type-specific start and readiness, all within start_timeout.
+// A disabled unit is "done" without running.
+func (u *unit) start(ctx context.Context) error {
+	u.op.Lock()
+	defer u.op.Unlock()
+	d := u.getDef()
+	if d.Err != nil {
+		u.set(StateFailed, d.Err.Error())
+		u.logf(slog.LevelError, "%v", d.Err)
+		return d.Err
+	}
+	if !d.Enabled {
+		u.set(StateDisabled, disabledReason(d))
+		return nil
+	}
+	u.mu.Lock()
+	u.gen++
+	u.mu.Unlock()
+	t0 := time.Now()
+	u.set(StateStarting, "")
+	ctx, cancel := context.WithTimeout(ctx, d.StartTimeout)
+	defer cancel()
+	err := u.doStart(ctx, d)
+	if err != nil && ctx.Err() == context.DeadlineExceeded {
+		err = fmt.Errorf("%w after %v: %w", ErrStartTimeout, d.StartTimeout, err)
+	}
+	dur := time.Since(t0)
+	u.mu.Lock()
+	u.startDur = dur
+	u.mu.Unlock()
+	if err != nil {
+		u.set(StateFailed, err.Error())
+		u.logf(slog.LevelError, "failed to start after %v: %v", dur.Round(time.Microsecond), err)
+		return err
+	}
+	st := StateRunning
+	if d.Type == TypeOneshot || d.Type == TypeScript {
+		st = StateExited
+	}
+	u.set(st, "")
+	u.logf(slog.LevelInfo, "started in %v%s", dur.Round(time.Microsecond), u.pidSuffix())
+	return nil
+}
+
+func (u *unit) pidSuffix() string {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if u.proc != nil && u.state == StateRunning {
+		return fmt.Sprintf(" (pid %d)", u.proc.pid)
+	}
+	return ""
+}
+
+func disabledReason(d *Definition) string {
+	if v, ok := d.Config.Lookup(d.Rcvar); ok {
+		return fmt.Sprintf("%s=%q", d.Rcvar, v.Value)
+	}
+	return d.Rcvar + " is not set"
+}
+
+func (u *unit) doStart(ctx context.Context, d *Definition) error {
+	for _, f := range d.RequiredFiles {
+		if err := u.m.checkFile(f); err != nil {
+			return fmt.Errorf("%w: %s: %v", ErrRequiredFile, f, err)
+		}
+	}
+	if len(d.RequiredModules) > 0 {
+		if u.m.opts.LoadModules == nil {
+			return fmt.Errorf("required_modules %v: no module loader", d.RequiredModules)
+		}
+		if err := u.m.opts.LoadModules(ctx, d.RequiredModules); err != nil {
+			return fmt.Errorf("required_modules: %w", err)
+		}
+	}
+	if len(d.StartPrecmd) > 0 {
+		if err := u.runAux(ctx, d, "start_precmd", d.StartPrecmd); err != nil {
+			return err
+		}
+	}
+	switch d.Type {
+	case TypeBuiltin:
+		b := u.m.opts.Builtins[d.Name]
+		if b == nil {
+			return fmt.Errorf("%w %q", ErrNoBuiltin, d.Name)
+		}
+		if err := b.Start(ctx, u.env(d)); err != nil {
+			return err
+		}
+		u.mu.Lock()
+		u.builtin = b
+		u.mu.Unlock()
+		return nil
+	case TypeOneshot:
+		if d.Command == "" {
+			return nil // a milestone such as DAEMON or NETWORKING
+		}
+		return u.runAux(ctx, d, "command", d.Argv())
+	case TypeScript:
+		return u.runAux(ctx, d, "start", append(d.Argv(), "start"))
+	case TypeDaemon:
+		return u.spawnDaemon(ctx, d)
+	}
+	return fmt.Errorf("%w: type %q", ErrBadService, d.Type)
+}
+
+func (u *unit) env(d *Definition) BuiltinEnv {
+	return BuiltinEnv{Name: d.Name, Config: d.Config, Root: u.m.opts.Root,
+		Log: slog.New(&ringHandler{u: u, next: u.m.log.Handler().WithAttrs([]slog.Attr{slog.String("service", d.Name)})})}
+}
+
+// runAux runs argv to completion and fails on a non-zero exit.
+func (u *unit) runAux(ctx context.Context, d *Definition, what string, argv []string) error {
+	if len(argv) == 0 {
+		return fmt.Errorf("%s: empty command", what)
+	}
+	cmd := u.command(d, argv)
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("%s: %w", what, err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case err := <-done:
+		if err != nil {
+			return fmt.Errorf("%s %s: %s", what, argv[0], exitText(cmd.ProcessState, err))
+		}
+		return nil
+	case <-ctx.Done():
+		_ = killGroup(cmd.Process.Pid, syscall.SIGKILL)
+		<-done
+		return fmt.Errorf("%s %s: %w", what, argv[0], ctx.Err())
+	}
+}
+
+func exitText(ps *os.ProcessState, err error) string {
+	if ps == nil {
+		return err.Error()
+	}
+	if ws, ok := ps.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+		return "killed by signal " + unixSignalName(ws.Signal())
+	}
+	return "exited with status " + strconv.Itoa(ps.ExitCode())
+}
+
+func (u *unit) command(d *Definition, argv []string) *exec.Cmd {
+	if d.Type == TypeScript && len(argv) > 1 && argv[1] == d.Path && u.m.opts.RootDir != "" {
+		argv = slices.Clone(argv)
+		argv[1] = filepath.Join(u.m.opts.RootDir, d.Path)
+	}
+	cmd := exec.Command(argv[0], argv[1:]...)
+	cmd.Env = u.m.childEnv(d)
+	w := &lineWriter{u: u}
+	cmd.Stdout, cmd.Stderr = w, w
+	cmd.SysProcAttr = childAttr()
+	cmd.Dir = "/"
+	return cmd
+}
+
+// spawnDaemon starts the process and waits for readiness: READY=1 with
+// notify=yes, else the pidfile when one is set, else the process being up.
+func (u *unit) spawnDaemon(ctx context.Context, d *Definition) error {
+	if d.Pidfile != "" {
+		_ = os.Remove(d.Pidfile)
+	}
+	p, err := u.spawn(d)
+	if err != nil {
+		return err
+	}
+	var tick <-chan time.Time
+	if !d.Notify && d.Pidfile != "" {
+		t := time.NewTicker(5 * time.Millisecond)
+		defer t.Stop()
+		tick = t.C
+	} else if !d.Notify {
+		p.markReady()
+	}
+	for {
+		select {
+		case <-p.ready:
+			go u.supervise(p)
+			return nil
+		case <-tick:
+			if pidfileReady(d.Pidfile) {
+				p.markReady()
+			}
+		case <-p.exited:
+			return fmt.Errorf("%s %s before it was ready", d.Command, exitText(p.state, p.waitErr))
+		case <-ctx.Done():
+			_ = killGroup(p.pid, syscall.SIGKILL)
+			<-p.exited
+			u.mu.Lock()
+			u.proc = nil
+			u.mu.Unlock()
+			what := "process up"
+			if d.Notify {
+				what = "READY=1"
+			} else if d.Pidfile != "" {
+				what = "pidfile " + d.Pidfile
+			}
+			return fmt.Errorf("waiting for %s: %w", what, ctx.Err())
+		}
+	}
+}
+
+func pidfileReady(path string) bool {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return false
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	return err == nil && pid > 0 && syscall.Kill(pid, 0) == nil
+}
+
+func (u *unit) spawn(d *Definition) (*proc, error) {
+	argv := d.Argv()
+	cmd := u.command(d, argv)
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("command: %w", err)
+	}
+	p := &proc{cmd: cmd, pid: cmd.Process.Pid, started: time.Now(), exited: make(chan struct{}), ready: make(chan struct{})}
+	u.mu.Lock()
+	u.proc = p
+	u.mu.Unlock()
+	u.m.trackPID(p.pid, u)
+	go func() {
+		p.waitErr = cmd.Wait()
+		p.state = cmd.ProcessState
+		u.m.untrackPID(p.pid)
+		close(p.exited)
+	}()
+	return p, nil
+}
+
+// supervise waits for the daemon to exit and applies the restart policy.
+func (u *unit) supervise(p *proc) {
+	<-p.exited
+	u.mu.Lock()
+	if u.proc != p || u.state == StateStopping || u.state == StateStopped {
+		u.mu.Unlock()
+		return
+	}
+	d := u.def
+	gen := u.gen
+	clean := p.state != nil && p.state.Success()
+	if time.Since(p.started) > 10*time.Second {
+		u.failStreak = 0
+	}
+	u.failStreak++
+	streak := u.failStreak
+	u.mu.Unlock()
+	why := exitText(p.state, p.waitErr)
+	restart := d.Restart == RestartAlways || d.Restart == RestartOnFailure && !clean
+	if !restart {
+		st := StateFailed
+		if clean {
+			st = StateStopped
+		}
+		u.set(st, "main process "+why)
+		u.logf(slog.LevelWarn, "main process %s", why)
+		return
+	}
+	backoff := d.RestartBackoff << min(streak-1, 20)
+	if backoff > MaxRestartBackoff || backoff <= 0 {
+		backoff = MaxRestartBackoff
+	}
+	u.set(StateStarting, fmt.Sprintf("main process %s; restarting in %v", why, backoff))
+	u.logf(slog.LevelWarn, "main process %s; restarting in %v (restart=%s)", why, backoff, d.Restart)
+	select {
+	case <-time.After(backoff):
+	case <-u.m.stopping:
+		return
+	}
+	u.op.Lock()
+	defer u.op.Unlock()
+	u.mu.Lock()
+	if u.gen != gen || u.state != StateStarting {
+		u.mu.Unlock()
+		return
+	}
+	u.restarts++
+	u.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), d.StartTimeout)
+	defer cancel()
+	if err := u.spawnDaemon(ctx, d); err != nil {
+		u.set(StateFailed, "restart: "+err.Error())
+		u.logf(slog.LevelError, "restart failed: %v", err)
+		// A daemon that cannot even be restarted gets another try under the
+		// same policy only if it exited after becoming ready.
+		return
+	}
+	u.set(StateRunning, "")
+	u.logf(slog.LevelInfo, "restarted%s", u.pidSuffix())
+}
+
+// stop brings the unit down: builtin Stop, stop_signal to a daemon's
+// process group (SIGKILL after stop_timeout), script stop; then
+// stop_postcmd.
+func (u *unit) stop(ctx context.Context) error {
+	u.op.Lock()
+	defer u.op.Unlock()
+	u.mu.Lock()
+	u.gen++
+	st := u.state
+	d := u.def
+	p := u.proc
+	b := u.builtin
+	wasUp := st == StateRunning || st == StateExited || st == StateStarting
+	if !wasUp {
+		u.mu.Unlock()
+		return nil
+	}
+	u.state, u.since = StateStopping, time.Now()
+	u.mu.Unlock()
+	t0 := time.Now()
+	var err error
+	switch d.Type {
+	case TypeBuiltin:
+		if b != nil {
+			sctx, cancel := context.WithTimeout(ctx, d.StopTimeout)
+			err = b.Stop(sctx)
+			cancel()
+			u.mu.Lock()
+			u.builtin = nil
+			u.mu.Unlock()
+		}
+	case TypeDaemon:
+		if p != nil {
+			err = stopProc(p, d.StopSignal, d.StopTimeout)
+		}
+	case TypeScript:
+		sctx, cancel := context.WithTimeout(ctx, d.StopTimeout)
+		err = u.runAux(sctx, d, "stop", append(d.Argv(), "stop"))
+		cancel()
+	}
+	if len(d.StopPostcmd) > 0 {
+		sctx, cancel := context.WithTimeout(ctx, d.StopTimeout)
+		if perr := u.runAux(sctx, d, "stop_postcmd", d.StopPostcmd); perr != nil {
+			err = errors.Join(err, perr)
+		}
+		cancel()
+	}
+	if d.Pidfile != "" && d.Type == TypeDaemon {
+		_ = os.Remove(d.Pidfile)
+	}
+	reason := ""
+	if err != nil {
+		reason = "stop: " + err.Error()
+	}
+	u.set(StateStopped, reason)
+	u.mu.Lock()
+	u.proc = nil
+	u.mu.Unlock()
+	u.logf(slog.LevelInfo, "stopped in %v", time.Since(t0).Round(time.Microsecond))
+	return err
+}
+
+func stopProc(p *proc, sig syscall.Signal, timeout time.Duration) error {
+	select {
+	case <-p.exited:
+		return nil
+	default:
+	}
+	_ = killGroup(p.pid, sig)
+	select {
+	case <-p.exited:
+		return nil
+	case <-time.After(timeout):
+		_ = killGroup(p.pid, syscall.SIGKILL)
+		<-p.exited
+		return fmt.Errorf("did not exit within %v of %s; killed", timeout, unixSignalName(sig))
+	}
+}
+
+// ringHandler tees a builtin's log records into the unit's log lines.
+type ringHandler struct {
+	u    *unit
+	next slog.Handler
+}
+
+func (h *ringHandler) Enabled(ctx context.Context, l slog.Level) bool { return true }
+func (h *ringHandler) Handle(ctx context.Context, r slog.Record) error {
+	var sb strings.Builder
+	sb.WriteString(r.Time.Format("15:04:05.000") + " " + r.Message)
+	r.Attrs(func(a slog.Attr) bool {
+		sb.WriteString(" " + a.String())
+		return true
+	})
+	h.u.ring.add(sb.String())
+	if h.next.Enabled(ctx, r.Level) {
+		return h.next.Handle(ctx, r)
+	}
+	return nil
+}
+func (h *ringHandler) WithAttrs(as []slog.Attr) slog.Handler {
+	return &ringHandler{u: h.u, next: h.next.WithAttrs(as)}
+}
+func (h *ringHandler) WithGroup(g string) slog.Handler {
+	return &ringHandler{u: h.u, next: h.next.WithGroup(g)}
+}
