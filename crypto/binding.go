@@ -56,6 +56,7 @@ type Binding struct {
 	curp       atomic.Pointer[bsess] // mirror of cur for lock-free readers
 	kicked     atomic.Bool
 
+	bufs *bindingBufs
 	ring []*Request
 	mask uint64
 
@@ -68,6 +69,12 @@ type Binding struct {
 	idle       chan struct{} // closed by the deliverer when head reaches tail
 
 	submitted, completed, retried, failed, rebinds, stale atomic.Uint64
+}
+
+// bindingBufs are a binding's recyclable buffers.
+type bindingBufs struct {
+	ring []*Request
+	out  []*Request
 }
 
 // bsess is one provider session of a binding.
@@ -103,27 +110,27 @@ func (f *Framework) Bind(p SessionParams, done CompletionFunc) (*Binding, error)
 	if done == nil {
 		return nil, errors.New("crypto: bind: nil CompletionFunc")
 	}
+	bufs := f.rings.Get().(*bindingBufs)
 	b := &Binding{
 		f:    f,
 		id:   f.nextID.Add(1),
 		alg:  p.Alg,
 		done: done,
 		keys: SessionParams{Alg: p.Alg, CipherKey: clone(p.CipherKey), AuthKey: clone(p.AuthKey)},
-		ring: make([]*Request, f.opts.QueueDepth),
-		mask: uint64(f.opts.QueueDepth - 1),
-		out:  make([]*Request, 0, 64),
+		bufs: bufs,
+		ring: bufs.ring,
+		mask: uint64(len(bufs.ring) - 1),
+		out:  bufs.out,
 	}
 	var lastErr error
 	for range 3 {
-		f.mu.Lock()
-		closed := f.closed
-		f.mu.Unlock()
-		if closed {
+		if f.closed.Load() {
 			return nil, fmt.Errorf("crypto: bind %v: %w", p.Alg, ErrClosed)
 		}
 		e := f.snap.Load().best[p.Alg]
 		if e == nil {
 			b.zero()
+			f.rings.Put(bufs)
 			return nil, fmt.Errorf("crypto: bind %v: %w", p.Alg, ErrNoProvider)
 		}
 		w, err := b.newSession(e)
@@ -147,6 +154,7 @@ func (f *Framework) Bind(p SessionParams, done CompletionFunc) (*Binding, error)
 		return b, nil
 	}
 	b.zero()
+	f.rings.Put(bufs)
 	return nil, fmt.Errorf("crypto: bind %v: %w", p.Alg, lastErr)
 }
 
@@ -388,12 +396,10 @@ func (b *Binding) kick() {
 	if !b.kicked.CompareAndSwap(false, true) {
 		return
 	}
-	b.f.bg.Add(1)
-	go func() {
-		defer b.f.bg.Done()
+	b.f.goBG(func() {
 		b.kicked.Store(false)
 		b.maintain()
-	}()
+	})
 }
 
 // maintain moves the binding to the best provider if it should move, and
@@ -523,9 +529,7 @@ func (b *Binding) flushRetry() {
 // bounded by CloseTimeout. Requests the provider never released are
 // abandoned.
 func (f *Framework) retire(w *bsess) {
-	f.bg.Add(1)
-	go func() {
-		defer f.bg.Done()
+	f.goBG(func() {
 		w.retired.Store(true)
 		if w.inflight.Load() == 0 {
 			w.signalDrained()
@@ -545,7 +549,7 @@ func (f *Framework) retire(w *bsess) {
 			f.log.Warn("crypto: session close failed", "provider", w.prov.name(), "binding", w.b.id, "error", err.Error())
 		}
 		w.b.abandon(w)
-	}()
+	})
 }
 
 var errAbandoned = fmt.Errorf("crypto: session closed without releasing the request: %w", ErrAbandoned)
@@ -599,6 +603,18 @@ func (b *Binding) check(now int64) {
 	}
 }
 
+// recycle returns the ring to the framework's pool if nothing can touch
+// it any more: everything submitted was delivered and no deliverer runs.
+// Otherwise the ring is left to the garbage collector.
+func (b *Binding) recycle() {
+	b.cmu.Lock()
+	ok := !b.delivering && b.head.Load() == b.tail.Load() && len(b.retry) == 0
+	b.cmu.Unlock()
+	if ok {
+		b.f.rings.Put(b.bufs)
+	}
+}
+
 // Close stops accepting requests, waits (within ctx) until every accepted
 // request has been delivered, closes the provider session and zeroes the
 // binding's copy of the keys. Requests still undelivered when ctx expires
@@ -641,11 +657,15 @@ func (b *Binding) Close(ctx context.Context) error {
 		w.prov.sessions.Add(-1)
 		b.abandon(w)
 	}
+	// Retries still pending (Close gave up waiting) fail now: there is no
+	// session any more.
+	b.flushRetry()
 	sh := &b.f.shards[b.id%nShards]
 	sh.mu.Lock()
 	delete(sh.m, b.id)
 	sh.mu.Unlock()
 	b.zero()
+	b.recycle()
 	if closeErr != nil {
 		closeErr = fmt.Errorf("crypto: binding %d: close session: %w", b.id, closeErr)
 	}

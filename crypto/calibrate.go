@@ -27,7 +27,7 @@ func (f *Framework) calibrate(ctx context.Context, p Provider, caps []Capability
 		return out, "", nil
 	}
 	per := f.opts.CalibrationBudget / time.Duration(len(caps)*len(CalibrationSizes))
-	timeout := 5 * f.opts.RequestTimeout
+	timeout := f.selfTestTimeout()
 	for _, c := range caps {
 		var t [len(CalibrationSizes)]float64
 		sp := SessionParams{Alg: c.Alg, CipherKey: make([]byte, c.Alg.CipherKeyLen()), AuthKey: make([]byte, c.Alg.Auth.KeyLen())}
@@ -53,7 +53,7 @@ func (f *Framework) calibrate(ctx context.Context, p Provider, caps []Capability
 			reqs := make([]*Request, calibrationBatch)
 			for j := range reqs {
 				d := buf[j*(size+icv):]
-				reqs[j] = &Request{Dir: Encrypt, Data: d[:size:size+icv], ICV: d[size : size+icv], AAD: aad, IV: ivs[j*16 : j*16+c.Alg.IVLen()]}
+				reqs[j] = &Request{Dir: Encrypt, Data: d[: size : size+icv], ICV: d[size : size+icv], AAD: aad, IV: ivs[j*16 : j*16+c.Alg.IVLen()]}
 			}
 			// The best of a few rounds: one preemption of the measuring
 			// goroutine (a shared machine) must not decide the selection.

@@ -55,6 +55,7 @@ type fakeProvider struct {
 
 	nonces    *nonceLog
 	onSession func(*fakeSession)
+	caps      []crypto.Capability // nil: AES-128-GCM only
 }
 
 func newFake(name string, workers int) *fakeProvider {
@@ -69,7 +70,14 @@ func (f *fakeProvider) Info() crypto.ProviderInfo {
 	return crypto.ProviderInfo{Name: f.name, Kind: f.kind, Priority: f.priority, Emulated: true, Params: map[string]string{"workers": fmt.Sprint(f.workers)}}
 }
 
-func (f *fakeProvider) Capabilities() []crypto.Capability { return f.inner.Capabilities() }
+// Capabilities claims only the algorithms the tests use, which keeps the
+// self-tests and calibration of deliberately slow fakes short.
+func (f *fakeProvider) Capabilities() []crypto.Capability {
+	if f.caps != nil {
+		return f.caps
+	}
+	return []crypto.Capability{{Alg: algGCM128}}
+}
 
 type fakeSession struct {
 	f      *fakeProvider
@@ -133,15 +141,6 @@ func (s *fakeSession) Submit(reqs []*crypto.Request) int {
 	return n
 }
 
-func spin(d time.Duration) {
-	if d <= 0 {
-		return
-	}
-	end := time.Now().Add(d)
-	for time.Now().Before(end) {
-	}
-}
-
 func (s *fakeSession) worker() {
 	defer s.wg.Done()
 	one := make([]*crypto.Request, 1)
@@ -153,7 +152,9 @@ func (s *fakeSession) worker() {
 			s.hungMu.Unlock()
 			continue
 		}
-		spin(time.Duration(s.f.delay.Load()))
+		if d := time.Duration(s.f.delay.Load()); d > 0 {
+			time.Sleep(d) // a device's latency: it costs no CPU
+		}
 		if fa := s.f.failAfter.Load(); fa >= 0 && n > fa {
 			r.Status = crypto.StatusError
 			r.Err = fmt.Errorf("%s: injected failure: %w", s.f.name, crypto.ErrDeviceGone)

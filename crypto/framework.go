@@ -23,9 +23,11 @@ type Options struct {
 	// Zero selects the default 0.10; a negative value means no margin.
 	Hysteresis float64
 	// RequestTimeout is how long a request may stay on a provider without
-	// completing before the framework treats it as a fault. It also bounds
-	// each self-test request (×5) and how long a retired session may take
-	// to drain before it is closed. Default 200ms.
+	// completing before the framework treats it as a fault (checked every
+	// RequestTimeout/8, so the effective limit is 7/8 to 9/8 of it). It also
+	// bounds how long a retired session may take to drain before it is
+	// closed, and (×5, at least 2s) each self-test and calibration batch.
+	// Default 200ms.
 	RequestTimeout time.Duration
 	// CloseTimeout bounds a faulted or retired session's Close; requests
 	// the provider still has not released then are abandoned (delivered
@@ -33,7 +35,7 @@ type Options struct {
 	CloseTimeout time.Duration
 	// QueueDepth is the maximum number of accepted, undelivered requests
 	// per binding; Submit accepts no more (backpressure). Rounded up to a
-	// power of two. Default 1024.
+	// power of two. Default 512.
 	QueueDepth int
 	// MaxRetries is how many times a request that failed with StatusError
 	// is resubmitted before it is delivered as failed. Default 3.
@@ -63,7 +65,7 @@ func (o *Options) setDefaults() {
 		o.CloseTimeout = 2 * time.Second
 	}
 	if o.QueueDepth <= 0 {
-		o.QueueDepth = 1024
+		o.QueueDepth = 512
 	}
 	d := 1
 	for d < o.QueueDepth {
@@ -82,7 +84,7 @@ func (o *Options) setDefaults() {
 // which the static priority breaks.
 const tieMargin = 0.02
 
-const nShards = 64
+const nShards = 256
 
 // Framework admits providers (self-tests, calibration), binds sessions to
 // the fastest admitted provider and rebinds them live. All methods are
@@ -98,10 +100,13 @@ type Framework struct {
 	mu          sync.Mutex
 	provs       map[string]*provEntry
 	registering map[string]bool
-	closed      bool
+	closed      atomic.Bool // set under mu; read lock-free by Bind
 
 	snap   atomic.Pointer[snapshot]
 	shards [nShards]bindShard
+	// rings recycles the per-binding request rings (QueueDepth pointers)
+	// and delivery scratch, which dominate the cost of Bind otherwise.
+	rings  sync.Pool
 	nextID atomic.Uint64
 
 	epoch time.Time
@@ -110,13 +115,33 @@ type Framework struct {
 	stop     chan struct{}
 	stopOnce sync.Once
 	wdDone   chan struct{}
-	bg       sync.WaitGroup // retire goroutines and maintenance
+
+	bgMu      sync.Mutex
+	bgStopped bool           // guarded by bgMu; set by Close before bg.Wait
+	bg        sync.WaitGroup // retire and maintenance goroutines
+}
+
+// goBG runs fn on a new goroutine that Close waits for (unless Close is
+// already waiting, in which case fn still runs, untracked).
+func (f *Framework) goBG(fn func()) {
+	f.bgMu.Lock()
+	if f.bgStopped {
+		f.bgMu.Unlock()
+		go fn()
+		return
+	}
+	f.bg.Add(1)
+	f.bgMu.Unlock()
+	go func() {
+		defer f.bg.Done()
+		fn()
+	}()
 }
 
 type bindShard struct {
 	mu sync.Mutex
 	m  map[uint64]*Binding
-	_  [40]byte // keep shards on separate cache lines
+	_  [48]byte // one shard per 64-byte cache line
 }
 
 // snapshot is the immutable selection table published on every provider
@@ -177,6 +202,10 @@ func New(opts Options) *Framework {
 	for i := range f.shards {
 		f.shards[i].m = map[uint64]*Binding{}
 	}
+	depth := opts.QueueDepth
+	f.rings.New = func() any {
+		return &bindingBufs{ring: make([]*Request, depth), out: make([]*Request, 0, 64)}
+	}
 	f.snap.Store(&snapshot{best: map[Algorithm]*provEntry{}})
 	go f.watchdog()
 	return f
@@ -204,7 +233,7 @@ func (f *Framework) Register(ctx context.Context, p Provider) error {
 	}
 	caps := p.Capabilities()
 	f.mu.Lock()
-	if f.closed {
+	if f.closed.Load() {
 		f.mu.Unlock()
 		return fmt.Errorf("crypto: register %q: %w", name, ErrClosed)
 	}
@@ -265,7 +294,7 @@ func (f *Framework) Register(ctx context.Context, p Provider) error {
 		return fmt.Errorf("crypto: register %q: %w: %s: %s", name, ErrQuarantined, e.selfTest.FailedVector, e.selfTest.Error)
 	}
 	f.mu.Lock()
-	if f.closed {
+	if f.closed.Load() {
 		f.mu.Unlock()
 		return fmt.Errorf("crypto: register %q: %w", name, ErrClosed)
 	}
@@ -295,7 +324,9 @@ func (f *Framework) Register(ctx context.Context, p Provider) error {
 // remaining provider, or to unbound if none supports its algorithm), waits
 // until the provider's sessions have drained their in-flight requests and
 // are closed, then removes it. While it runs the provider is listed as
-// unloading and is never selected.
+// unloading and is never selected. Deregister blocks: it must not be
+// called from inside a provider's Submit, Close or completion callback (use
+// ReportFault there, or call Deregister from another goroutine).
 func (f *Framework) Deregister(ctx context.Context, name string) error {
 	f.mu.Lock()
 	e := f.provs[name]
@@ -527,7 +558,7 @@ func (f *Framework) Best(alg Algorithm) string {
 // idempotent.
 func (f *Framework) Close(ctx context.Context) error {
 	f.mu.Lock()
-	f.closed = true
+	f.closed.Store(true)
 	names := make([]string, 0, len(f.provs))
 	for n := range f.provs {
 		names = append(names, n)
@@ -542,6 +573,9 @@ func (f *Framework) Close(ctx context.Context) error {
 	}
 	f.stopOnce.Do(func() { close(f.stop) })
 	<-f.wdDone
+	f.bgMu.Lock()
+	f.bgStopped = true
+	f.bgMu.Unlock()
 	done := make(chan struct{})
 	go func() { f.bg.Wait(); close(done) }()
 	select {

@@ -331,7 +331,7 @@ func TestBindingCloseDrainsAndRejects(t *testing.T) {
 }
 
 func TestBackpressure(t *testing.T) {
-	fw := newFW(t, crypto.Options{QueueDepth: 64})
+	fw := newFW(t, crypto.Options{QueueDepth: 64, RequestTimeout: 100 * time.Millisecond})
 	hang := newFake("hang", 1)
 	hang.queueCap = 16
 	mustRegister(t, fw, hang)

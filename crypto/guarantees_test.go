@@ -11,6 +11,7 @@ import (
 
 	"github.com/keelinit/keel/crypto"
 	"github.com/keelinit/keel/crypto/aesni"
+	"github.com/keelinit/keel/crypto/cryptosoft"
 )
 
 // traffic drives one binding with concurrent submitters. Acceptance is
@@ -204,17 +205,21 @@ func TestHysteresis(t *testing.T) {
 	}
 }
 
-// TestSelectionEitherOrder: with a slow and a fast provider registered in
-// either order, new bindings go to the fast one.
+// TestSelectionEitherOrder: with a slow provider (a slow fake whose static
+// priority is higher, or the real cryptosoft) and aesni registered in
+// either order, new bindings go to aesni.
 func TestSelectionEitherOrder(t *testing.T) {
-	for _, order := range [][]string{{"slow", "aesni"}, {"aesni", "slow"}} {
-		t.Run(order[0]+"-first", func(t *testing.T) {
+	for _, order := range [][]string{{"slow", "aesni"}, {"aesni", "slow"}, {"cryptosoft", "aesni"}, {"aesni", "cryptosoft"}} {
+		t.Run(order[0]+"-then-"+order[1], func(t *testing.T) {
 			fw := newFW(t, crypto.Options{})
 			for _, n := range order {
 				if n == "aesni" {
 					mustRegister(t, fw, aesni.New())
+				} else if n == "cryptosoft" {
+					mustRegister(t, fw, cryptosoft.New())
 				} else {
 					s := newFake("slow", 1)
+					s.caps = []crypto.Capability{{Alg: algGCM128}, {Alg: algGCM256}, {Alg: algChaCha}, {Alg: algCBCSHA1}}
 					s.priority = 1000 // priority must not beat measurement
 					s.delay.Store(int64(100 * time.Microsecond))
 					mustRegister(t, fw, s)

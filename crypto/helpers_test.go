@@ -41,6 +41,11 @@ func newFW(t testing.TB, opts crypto.Options) *crypto.Framework {
 	if opts.Logger == nil {
 		opts.Logger = quietLogger()
 	}
+	if opts.RequestTimeout == 0 {
+		// Generous: the CI machine is shared and heavily loaded, and a
+		// false timeout degrades a provider. Timeout tests set their own.
+		opts.RequestTimeout = 2 * time.Second
+	}
 	fw := crypto.New(opts)
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -139,7 +144,7 @@ func makePacket(t testing.TB, p crypto.SessionParams, size int, seq uint64, with
 		binary.BigEndian.PutUint64(iv, seq)
 	}
 	aad := binary.BigEndian.AppendUint64(nil, seq)
-	pk.req = crypto.Request{Dir: crypto.Encrypt, Data: pk.buf[:size:size+alg.ICVLen()], ICV: pk.buf[size:], AAD: aad, IV: iv}
+	pk.req = crypto.Request{Dir: crypto.Encrypt, Data: pk.buf[: size : size+alg.ICVLen()], ICV: pk.buf[size:], AAD: aad, IV: iv}
 	pk.req.User = pk
 	if withRef {
 		pk.wantCT, pk.wantICV = reference(t, p, iv, aad, nil, pk.plain)
@@ -149,13 +154,13 @@ func makePacket(t testing.TB, p crypto.SessionParams, size int, seq uint64, with
 
 // collector records deliveries of one binding and checks the guarantees.
 type collector struct {
-	mu        sync.Mutex
-	got       []*crypto.Request
-	seen      map[*crypto.Request]int
-	dups      int
+	mu         sync.Mutex
+	got        []*crypto.Request
+	seen       map[*crypto.Request]int
+	dups       int
 	concurrent int
-	inCall    bool
-	notify    chan struct{}
+	inCall     bool
+	notify     chan struct{}
 }
 
 func newCollector() *collector {

@@ -76,7 +76,7 @@ func loadKATs() {
 			Key, Data, MAC hexb
 		}
 		AEAD []struct {
-			Name, Alg                               string
+			Name, Alg                              string
 			Key, Nonce, AAD, Plaintext, Ciphertext hexb
 			Tag                                    hexb
 		}
@@ -124,10 +124,10 @@ func loadKATs() {
 	}
 	var comp struct {
 		Composite []struct {
-			Name, Cipher, Auth                          string
-			KeyBits                                     int `json:"key_bits"`
-			CipherKey                                   hexb `json:"cipher_key"`
-			AuthKey                                     hexb `json:"auth_key"`
+			Name, Cipher, Auth                           string
+			KeyBits                                      int  `json:"key_bits"`
+			CipherKey                                    hexb `json:"cipher_key"`
+			AuthKey                                      hexb `json:"auth_key"`
 			IV, AAD, Trailer, Plaintext, Ciphertext, ICV hexb
 		}
 	}
@@ -258,7 +258,7 @@ func (f *Framework) selfTest(ctx context.Context, p Provider, caps []Capability)
 		res.Error = katErr.Error()
 		return res
 	}
-	timeout := 5 * f.opts.RequestTimeout
+	timeout := f.selfTestTimeout()
 	for _, c := range caps {
 		ran := 0
 		for _, v := range katVecs[c.Alg] {
@@ -284,6 +284,12 @@ func (f *Framework) selfTest(ctx context.Context, p Provider, caps []Capability)
 	return res
 }
 
+// selfTestTimeout bounds one self-test or calibration batch: generous,
+// since admission is not latency-critical and emulated devices are slow.
+func (f *Framework) selfTestTimeout() time.Duration {
+	return max(5*f.opts.RequestTimeout, 2*time.Second)
+}
+
 var errKATMismatch = errors.New("output differs from the known answer")
 
 func runKAT(ctx context.Context, p Provider, v KATVector, timeout time.Duration) (string, error) {
@@ -299,7 +305,7 @@ func runKAT(ctx context.Context, p Provider, v KATVector, timeout time.Duration)
 	}()
 	n, icvLen := len(v.Plaintext), len(v.ICV)
 	encBuf := slices.Concat(v.Plaintext, make([]byte, icvLen))
-	enc := &Request{Dir: Encrypt, Data: encBuf[:n:n+icvLen], ICV: encBuf[n:], AAD: v.AAD, IV: v.IV, AuthTrailer: v.Trailer}
+	enc := &Request{Dir: Encrypt, Data: encBuf[: n : n+icvLen], ICV: encBuf[n:], AAD: v.AAD, IV: v.IV, AuthTrailer: v.Trailer}
 	dec := &Request{Dir: Decrypt, Data: slices.Clone(v.Ciphertext), ICV: slices.Clone(v.ICV), AAD: v.AAD, IV: v.IV, AuthTrailer: v.Trailer}
 	forged := slices.Clone(v.ICV)
 	forged[len(forged)-1] ^= 0x01

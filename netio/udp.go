@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/netip"
 	"sync"
+	"sync/atomic"
 
 	"golang.zx2c4.com/wireguard/conn"
 )
@@ -17,9 +18,17 @@ type UDP struct {
 	port uint16
 	recv []Receiver
 
+	noGSO atomic.Bool
+
 	mu  sync.Mutex
 	eps map[netip.AddrPort]*conn.StdNetEndpoint
 }
+
+// SetGSO turns UDP GSO on sends on (the default, where the kernel offers
+// it) or off. Off, every ESP packet leaves as its own datagram, which is
+// what a capture on a veth shows packet by packet (a GSO batch crosses a
+// veth unsegmented). It is safe to call at any time.
+func (u *UDP) SetGSO(on bool) { u.noGSO.Store(!on) }
 
 // ListenUDP opens the UDP sockets on port (4500 for NAT-T) for IPv4 and
 // IPv6 (whichever the host supports).
@@ -77,10 +86,16 @@ func (u *UDP) endpoint(dst netip.AddrPort) *conn.StdNetEndpoint {
 	return ep
 }
 
-// Send implements Outer. At most BatchSize buffers per call.
+// Send implements Outer. With GSO off it trims the capacity of the
+// elements of bufs (so that nothing is coalesced into them).
 func (u *UDP) Send(bufs [][]byte, dst netip.AddrPort) error {
 	if len(bufs) == 0 {
 		return nil
+	}
+	if u.noGSO.Load() {
+		for i, b := range bufs {
+			bufs[i] = b[:len(b):len(b)]
+		}
 	}
 	for len(bufs) > 0 {
 		n := min(len(bufs), conn.IdealBatchSize)

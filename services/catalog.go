@@ -19,6 +19,8 @@ type Catalog struct {
 	Defs []*Definition
 	// Deps[i] lists the indices into Defs that Defs[i] waits for.
 	Deps [][]int
+	// Order lists the indices of Defs in rcorder boot order.
+	Order []int
 	// Problems are ordering warnings (missing providers, cycles...).
 	Problems []string
 	byName   map[string]int
@@ -67,7 +69,7 @@ func LoadCatalog(root fs.FS, seed map[string]string) (*Catalog, error) {
 		paths = append(paths, p)
 		modes[p] = info.Mode()
 	}
-	hdrs, herrs := scanHeaders(root, paths)
+	scripts, hdrs, herrs := scanHeaders(root, paths)
 	c := &Catalog{Chain: chain, byName: map[string]int{}}
 	for _, e := range herrs {
 		c.Problems = append(c.Problems, e.Error())
@@ -88,13 +90,16 @@ func LoadCatalog(root fs.FS, seed map[string]string) (*Catalog, error) {
 		c.byName[d.Name] = len(c.Defs)
 		c.Defs = append(c.Defs, d)
 	}
-	hs := make([]Header, len(c.Defs))
-	for i, d := range c.Defs {
-		hs[i] = d.Header
-	}
-	deps, problems := orderGraph(hs)
-	c.Deps = deps
+	deps, order, printed, problems := orderGraph(scripts)
+	c.Deps, c.Order = deps, order
 	c.Problems = append(c.Problems, problems...)
+	for i, ok := range printed {
+		if !ok && c.Defs[i].Enabled {
+			d := *c.Defs[i]
+			d.Enabled, d.SkipReason = false, "keyword "+NoStartKeyword
+			c.Defs[i] = &d
+		}
+	}
 	for _, i := range BreakCycles(deps) {
 		d := *c.Defs[i]
 		if d.Err == nil {

@@ -153,10 +153,25 @@ func (m *Manager) Booted() <-chan struct{} { return m.booted }
 // Boot starts every service of the catalog as a DAG and returns when all
 // are started, failed, blocked or disabled. It returns an error listing
 // the failed services, if any; the appliance keeps running regardless.
+// A Shutdown while Boot runs cancels the services still starting; Boot
+// then returns and Shutdown stops what did start.
 func (m *Manager) Boot(ctx context.Context) error {
 	m.opMu.Lock()
 	defer m.opMu.Unlock()
 	defer m.bootOnce.Do(func() { close(m.booted) })
+	if m.isStopping() {
+		return ErrShuttingDown
+	}
+	// Shutdown during boot cancels the services still starting or waiting.
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() {
+		select {
+		case <-m.stopping:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
 	cat := m.Catalog()
 	units := make([]*unit, len(cat.Defs))
 	m.mu.Lock()
@@ -225,12 +240,12 @@ func (m *Manager) Timeline() Timeline {
 	return tl
 }
 
-// Status returns one row per service, in rc.d order.
+// Status returns one row per service, in rcorder boot order.
 func (m *Manager) Status() []Status {
 	cat := m.Catalog()
 	out := make([]Status, 0, len(cat.Defs))
-	for _, d := range cat.Defs {
-		if u, err := m.unit(d.Name); err == nil {
+	for _, i := range cat.Order {
+		if u, err := m.unit(cat.Defs[i].Name); err == nil {
 			out = append(out, u.snapshot())
 		}
 	}

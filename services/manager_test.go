@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"os"
 	"path/filepath"
 	"slices"
@@ -175,9 +176,9 @@ func TestBootFailurePropagation(t *testing.T) {
 
 func TestStartTimeoutAndPidfile(t *testing.T) {
 	root := writeRoot(t, tree{
-		"etc/rc.d/slow": svc("slow", "", "name=slow\ncommand=${self}\ncommand_args=\"-- helper silent\"\nnotify=yes\nstart_timeout=200ms\n"),
+		"etc/rc.d/slow":  svc("slow", "", "name=slow\ncommand=${self}\ncommand_args=\"-- helper silent\"\nnotify=yes\nstart_timeout=200ms\n"),
 		"etc/rc.d/after": svc("after", "slow", "name=after\ntype=oneshot\ncommand=/bin/true\n"),
-		"etc/rc.d/pf": svc("pf", "", "name=pf\ncommand=${self}\npidfile=${rt}/pf.pid\ncommand_args=\"-- helper pidfile ${pidfile}\"\n"),
+		"etc/rc.d/pf":    svc("pf", "", "name=pf\ncommand=${self}\npidfile=${rt}/pf.pid\ncommand_args=\"-- helper pidfile ${pidfile}\"\n"),
 	})
 	m := newManager(t, root, nil)
 	t0 := time.Now()
@@ -231,9 +232,9 @@ func TestCrashRestart(t *testing.T) {
 }
 
 type fakeBuiltin struct {
-	key            string
-	starts, stops  int
-	failStart      error
+	key           string
+	starts, stops int
+	failStart     error
 }
 
 func (f *fakeBuiltin) Settings(env BuiltinEnv) map[string]string {
@@ -245,15 +246,15 @@ func (f *fakeBuiltin) Start(ctx context.Context, env BuiltinEnv) error {
 	return f.failStart
 }
 func (f *fakeBuiltin) Stop(ctx context.Context) error { f.stops++; return nil }
-func (f *fakeBuiltin) Status() string                { return "fake " + f.key }
+func (f *fakeBuiltin) Status() string                 { return "fake " + f.key }
 
 func TestReloadRestartsOnlyChanged(t *testing.T) {
 	root := writeRoot(t, tree{
-		"etc/rc.conf":     "kld_list=\"a b\"\nx_flags=10\ny_enable=YES\nz_enable=NO\n",
-		"etc/rc.d/kld":    svc("kld", "", "name=kld\ntype=builtin\n"),
-		"etc/rc.d/x":      svc("x", "kld", "name=x\ncommand=/bin/sleep\ncommand_args=30\n"),
-		"etc/rc.d/y":      svc("y", "", "name=y\nrcvar=y_enable\ncommand=/bin/sleep\ncommand_args=30\n"),
-		"etc/rc.d/z":      svc("z", "", "name=z\nrcvar=z_enable\ncommand=/bin/sleep\ncommand_args=30\n"),
+		"etc/rc.conf":  "kld_list=\"a b\"\nx_flags=10\ny_enable=YES\nz_enable=NO\n",
+		"etc/rc.d/kld": svc("kld", "", "name=kld\ntype=builtin\n"),
+		"etc/rc.d/x":   svc("x", "kld", "name=x\ncommand=/bin/sleep\ncommand_args=30\n"),
+		"etc/rc.d/y":   svc("y", "", "name=y\nrcvar=y_enable\ncommand=/bin/sleep\ncommand_args=30\n"),
+		"etc/rc.d/z":   svc("z", "", "name=z\nrcvar=z_enable\ncommand=/bin/sleep\ncommand_args=30\n"),
 	})
 	kld := &fakeBuiltin{key: "kld_list"}
 	m := newManager(t, root, map[string]Builtin{"kld": kld})
@@ -334,5 +335,70 @@ func TestManualStartStop(t *testing.T) {
 	}
 	if err := m.Start(ctx, "nope"); !errors.Is(err, ErrUnknownService) {
 		t.Errorf("err = %v", err)
+	}
+}
+
+func TestNotifyOwnership(t *testing.T) {
+	root := writeRoot(t, tree{
+		// READY=1 comes from a child of the main process (sh).
+		"etc/rc.d/gc": svc("gc", "", "name=gc\ncommand=/bin/sh\ncommand_args=\"-c '${self} -- helper notify; exit 0'\"\nnotify=yes\nstart_timeout=5s\n"),
+		// READY=1 for this one only ever comes from the test process itself,
+		// which belongs to no service: it must be ignored.
+		"etc/rc.d/forged": svc("forged", "", "name=forged\ncommand=${self}\ncommand_args=\"-- helper silent\"\nnotify=yes\nstart_timeout=400ms\n"),
+	})
+	m := newManager(t, root, nil)
+	stop := make(chan struct{})
+	defer close(stop)
+	go func() {
+		c, err := net.DialUnix("unixgram", nil, &net.UnixAddr{Name: m.notify.Path(), Net: "unixgram"})
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(20 * time.Millisecond):
+				_, _ = c.Write([]byte("READY=1\nSTATUS=forged"))
+			}
+		}
+	}()
+	_ = m.Boot(context.Background())
+	st := states(m)
+	if st["gc"].State != StateRunning || st["gc"].StatusText != "serving" {
+		t.Errorf("gc: %+v", st["gc"])
+	}
+	if st["forged"].State != StateFailed || !strings.Contains(st["forged"].Reason, "READY=1") || st["forged"].StatusText == "forged" {
+		t.Errorf("forged: %+v", st["forged"])
+	}
+}
+
+func TestShutdownDuringBoot(t *testing.T) {
+	root := writeRoot(t, tree{
+		"etc/rc.d/slow":  svc("slow", "", "name=slow\ncommand=${self}\ncommand_args=\"-- helper silent\"\nnotify=yes\nstart_timeout=20s\n"),
+		"etc/rc.d/after": svc("after", "slow", "name=after\ntype=oneshot\ncommand=/bin/true\n"),
+		"etc/rc.d/fast":  svc("fast", "", "name=fast\ncommand=/bin/sleep\ncommand_args=30\n"),
+	})
+	m := newManager(t, root, nil)
+	done := make(chan error, 1)
+	go func() { done <- m.Boot(context.Background()) }()
+	time.Sleep(200 * time.Millisecond)
+	t0 := time.Now()
+	if err := m.Shutdown(context.Background()); err != nil {
+		t.Errorf("shutdown: %v", err)
+	}
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("boot did not return after shutdown")
+	}
+	if el := time.Since(t0); el > 5*time.Second {
+		t.Errorf("shutdown during boot took %v", el)
+	}
+	for _, s := range m.Status() {
+		if s.State == StateRunning || s.State == StateStarting || s.PID != 0 {
+			t.Errorf("%s still up: %+v", s.Name, s)
+		}
 	}
 }

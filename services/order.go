@@ -6,12 +6,32 @@ import (
 	"github.com/keelinit/keel/rcorder"
 )
 
+// NoStartKeyword marks rc.d files that keeld never starts (rc(8) passes
+// -s nostart to rcorder the same way).
+const NoStartKeyword = "nostart"
+
 // scanHeaders reads the rcorder headers of paths with package rcorder.
-func scanHeaders(fsys fs.FS, paths []string) ([]Header, []error) {
+func scanHeaders(fsys fs.FS, paths []string) ([]rcorder.Script, []Header, []error) {
 	scripts, errs := rcorder.Parse(fsys, paths...)
 	out := make([]Header, len(scripts))
 	for i, s := range scripts {
 		out[i] = Header{Path: s.Path, Provides: s.Provides, Requires: s.Requires, Before: s.Before, Keywords: s.Keywords}
 	}
-	return out, errs
+	return scripts, out, errs
+}
+
+// orderGraph runs rcorder over the scripts: it returns, per script, the
+// scripts it must wait for (an acyclic graph consistent with rcorder's
+// order, cycles broken where FreeBSD breaks them), the boot order, which
+// scripts pass the nostart filter, and the problems as rcorder prints them.
+func orderGraph(scripts []rcorder.Script) (deps [][]int, order []int, printed []bool, problems []string) {
+	res := rcorder.Order(scripts, rcorder.Filter{Skip: []string{NoStartKeyword}})
+	printed = make([]bool, len(scripts))
+	for _, i := range res.Printed {
+		printed[i] = true
+	}
+	for _, p := range res.Problems {
+		problems = append(problems, p.Text)
+	}
+	return res.WaitFor(), res.Order, printed, problems
 }

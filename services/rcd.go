@@ -66,6 +66,9 @@ type Definition struct {
 	Config *rcconf.Config
 	// Settings are the effective settings; a change restarts the service on reload.
 	Settings map[string]string
+	// SkipReason says why an otherwise enabled service is not started
+	// (e.g. the nostart keyword).
+	SkipReason string
 	// Err is set when the file could not be used; the service fails at
 	// boot with this reason and its dependents are blocked.
 	Err error

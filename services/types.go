@@ -87,23 +87,23 @@ type Status struct {
 // Detail is keelctl status NAME.
 type Detail struct {
 	Status
-	Path        string            `json:"path"`
-	Provides    []string          `json:"provides,omitempty"`
-	Requires    []string          `json:"requires,omitempty"`     // services this one waits for
-	RequiredBy  []string          `json:"required_by,omitempty"`  // services that wait for this one
-	Command     []string          `json:"command,omitempty"`      // argv
-	Rcvar       string            `json:"rcvar,omitempty"`
-	Settings    map[string]string `json:"settings,omitempty"`     // effective settings
-	Log         []string          `json:"log,omitempty"`          // last log lines
-	Keywords    []string          `json:"keywords,omitempty"`
+	Path       string            `json:"path"`
+	Provides   []string          `json:"provides,omitempty"`
+	Requires   []string          `json:"requires,omitempty"`    // services this one waits for
+	RequiredBy []string          `json:"required_by,omitempty"` // services that wait for this one
+	Command    []string          `json:"command,omitempty"`     // argv
+	Rcvar      string            `json:"rcvar,omitempty"`
+	Settings   map[string]string `json:"settings,omitempty"` // effective settings
+	Log        []string          `json:"log,omitempty"`      // last log lines
+	Keywords   []string          `json:"keywords,omitempty"`
 }
 
 // Span is one service's start interval in the boot timeline.
 type Span struct {
 	Name     string        `json:"name"`
 	State    State         `json:"state"`
-	Start    time.Duration `json:"start"`           // since boot start; when it began starting
-	Ready    time.Duration `json:"ready"`           // since boot start; when it was done
+	Start    time.Duration `json:"start"` // since boot start; when it began starting
+	Ready    time.Duration `json:"ready"` // since boot start; when it was done
 	Requires []string      `json:"requires,omitempty"`
 }
 

@@ -172,6 +172,9 @@ func (u *unit) pidSuffix() string {
 }
 
 func disabledReason(d *Definition) string {
+	if d.SkipReason != "" {
+		return d.SkipReason
+	}
 	if v, ok := d.Config.Lookup(d.Rcvar); ok {
 		return fmt.Sprintf("%s=%q", d.Rcvar, v.Value)
 	}

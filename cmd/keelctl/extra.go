@@ -1,6 +1,13 @@
 package main
 
-import "github.com/spf13/cobra"
+import (
+	"github.com/spf13/cobra"
 
-// addExtra mounts commands provided by other packages (keelctl esp).
-func addExtra(root *cobra.Command) {}
+	"github.com/keelinit/keel/ipsec/espcap"
+)
+
+// addExtra mounts commands provided by other packages: keelctl esp
+// encrypt|decrypt (offline ESP over pcap files, package ipsec/espcap).
+func addExtra(root *cobra.Command) {
+	root.AddCommand(espcap.NewCommand())
+}

@@ -41,9 +41,9 @@ func newLogger(format, level string, t0 time.Time) (*slog.Logger, error) {
 // bootHandler prints a compact, readable boot log: the time since keeld
 // started, the level when it is not INFO, the message and attributes.
 type bootHandler struct {
-	mu    *sync.Mutex
-	w     io.Writer
-	t0    time.Time
+	mu     *sync.Mutex
+	w      io.Writer
+	t0     time.Time
 	level  slog.Level
 	attrs  string
 	prefix string // "service: " from a service attribute

@@ -49,6 +49,7 @@ type settings struct {
 	LogLevel          string        // debug, info, warn, error
 	CalibrationBudget time.Duration // per crypto provider
 	ControlGroup      string        // group allowed to change state
+	SocketGroup       string        // group owning the control socket (read access)
 }
 
 func main() {
@@ -83,7 +84,8 @@ func rootCmd() *cobra.Command {
 	f.String("log-level", "info", "log level: debug, info, warn or error")
 	f.Duration("calibration-budget", 20*time.Millisecond, "crypto calibration time per provider")
 	f.String("control-group", "", "group (name or gid) allowed to change state through the control socket")
-	for _, name := range []string{"root", "runtime-dir", "socket", "log-format", "log-level", "calibration-budget", "control-group"} {
+	f.String("socket-group", "", "group (name or gid) owning the 0660 control socket, whose members may read status (default: control-group)")
+	for _, name := range []string{"root", "runtime-dir", "socket", "log-format", "log-level", "calibration-budget", "control-group", "socket-group"} {
 		_ = v.BindPFlag(name, f.Lookup(name))
 	}
 	_ = v.BindPFlag("config", f.Lookup("config"))
@@ -109,6 +111,10 @@ func loadSettings(v *viper.Viper) (settings, error) {
 		LogLevel:          v.GetString("log-level"),
 		CalibrationBudget: v.GetDuration("calibration-budget"),
 		ControlGroup:      v.GetString("control-group"),
+		SocketGroup:       v.GetString("socket-group"),
+	}
+	if s.SocketGroup == "" {
+		s.SocketGroup = s.ControlGroup
 	}
 	if s.RuntimeDir == "" {
 		s.RuntimeDir = services.DefaultRuntimeDir()
@@ -148,6 +154,9 @@ func controlGID(g string) (int, error) {
 	if g == "" {
 		return -1, nil
 	}
+	if g == "none" {
+		return -1, nil
+	}
 	if n, err := strconv.Atoi(g); err == nil {
 		return n, nil
 	}
@@ -166,10 +175,14 @@ func run(ctx context.Context, s settings) error {
 	}
 	slog.SetDefault(log)
 	sd := newSystemd(log)
-	if err := os.MkdirAll(s.RuntimeDir, 0o755); err != nil {
-		return fmt.Errorf("runtime dir: %w", err)
+	if err := ensureRuntimeDir(s.RuntimeDir); err != nil {
+		return err
 	}
 	gid, err := controlGID(s.ControlGroup)
+	if err != nil {
+		return err
+	}
+	sockGID, err := controlGID(s.SocketGroup)
 	if err != nil {
 		return err
 	}
@@ -198,7 +211,7 @@ func run(ctx context.Context, s settings) error {
 	}
 
 	// Control socket: socket-activated when systemd passed one, else ours.
-	l, activated, err := controlListener(s.Socket, gid)
+	l, activated, err := controlListener(s.Socket, sockGID)
 	if err != nil {
 		mgr.Shutdown(context.Background())
 		return err
@@ -226,19 +239,34 @@ func run(ctx context.Context, s settings) error {
 	signal.Notify(sigs, syscall.SIGHUP, syscall.SIGTERM, syscall.SIGINT)
 	defer signal.Stop(sigs)
 
-	bootErr := mgr.Boot(ctx)
-	elapsed := time.Since(t0)
-	printSummary(log, mgr, sys, elapsed)
-	if bootErr != nil {
-		log.Warn(bootErr.Error())
-	}
-	metricsStop := startMetrics(log, mgr, sys, elapsed)
-	sd.ready(summaryLine(mgr, elapsed))
+	bootDone := make(chan struct{})
+	metricsStop := func() {}
+	go func() {
+		defer close(bootDone)
+		bootErr := mgr.Boot(ctx)
+		if errors.Is(bootErr, services.ErrShuttingDown) {
+			return
+		}
+		elapsed := time.Since(t0)
+		printSummary(log, mgr, sys, elapsed)
+		if bootErr != nil {
+			log.Warn(bootErr.Error())
+		}
+		metricsStop = startMetrics(log, mgr, sys, elapsed)
+		sd.ready(summaryLine(mgr, elapsed))
+	}()
 
 	for {
 		select {
+		case <-bootDone:
+			bootDone = nil
+			continue
 		case sig := <-sigs:
 			if sig == syscall.SIGHUP {
+				if bootDone != nil {
+					log.Warn("SIGHUP during boot ignored")
+					continue
+				}
 				log.Info("SIGHUP: reloading rc.conf")
 				if _, err := mgr.Reload(context.Background()); err != nil {
 					log.Error("reload: " + err.Error())
@@ -255,6 +283,9 @@ func run(ctx context.Context, s settings) error {
 	sctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	err = mgr.Shutdown(sctx)
+	if bootDone != nil {
+		<-bootDone
+	}
 	metricsStop()
 	_ = sys.Close(sctx)
 	_ = srv.Close(sctx)
@@ -324,4 +355,27 @@ func startMetrics(log *slog.Logger, m *services.Manager, sys *subsystems, boot t
 	}()
 	log.Info("metrics on http://" + l.Addr().String() + "/metrics")
 	return func() { _ = srv.Close() }
+}
+
+// ensureRuntimeDir creates dir (0755) or checks that an existing one is a
+// directory owned by us and not writable by others, so that nobody can
+// plant sockets or pidfiles in a shared /tmp.
+func ensureRuntimeDir(dir string) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("runtime dir: %w", err)
+	}
+	fi, err := os.Lstat(dir)
+	if err != nil {
+		return fmt.Errorf("runtime dir: %w", err)
+	}
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	switch {
+	case !fi.IsDir():
+		return fmt.Errorf("runtime dir %s: not a directory", dir)
+	case ok && int(st.Uid) != os.Geteuid():
+		return fmt.Errorf("runtime dir %s: owned by uid %d, not %d", dir, st.Uid, os.Geteuid())
+	case fi.Mode().Perm()&0o022 != 0:
+		return fmt.Errorf("runtime dir %s: writable by group or others (%v)", dir, fi.Mode().Perm())
+	}
+	return nil
 }

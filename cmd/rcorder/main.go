@@ -7,7 +7,9 @@
 // graph; -j prints JSON; -x explains why one script sits where it does.
 // Errors go to standard error prefixed "rcorder: "; the exit status is 1
 // when a requirement has no provider or a cycle exists (every file is
-// still printed exactly once), 2 on bad usage.
+// still printed exactly once) and on bad usage. Files that cannot be
+// opened are reported but, as in FreeBSD, do not change the status by
+// themselves. With no file operands nothing is printed.
 package main
 
 import (
@@ -25,9 +27,10 @@ type options struct {
 	filter              rcorder.Filter
 	explain             string
 	files               []string
+	warnings            []string
 }
 
-// parseArgs parses arguments the way getopt(3) does with "gjpk:s:x:":
+// parseArgs parses arguments the way getopt(3) does with "dgjpk:s:x:":
 // flags may be combined (-gp), option arguments may be attached (-knostart)
 // and option parsing stops at "--" or the first operand.
 func parseArgs(args []string) (options, error) {
@@ -45,6 +48,9 @@ func parseArgs(args []string) (options, error) {
 		for j := 1; j < len(a); j++ {
 			c := a[j]
 			switch c {
+			case 'd':
+				// FreeBSD: "debugging not compiled in, -d ignored".
+				o.warnings = append(o.warnings, "debugging not compiled in, -d ignored")
 			case 'g':
 				o.graph = true
 			case 'j':
@@ -76,20 +82,18 @@ func parseArgs(args []string) (options, error) {
 		}
 	}
 	o.files = args[i:]
-	if len(o.files) == 0 {
-		return o, fmt.Errorf("no files")
-	}
 	return o, nil
 }
 
 func run(args []string, stdout, stderr io.Writer) int {
 	o, err := parseArgs(args)
 	if err != nil {
-		if err.Error() != "no files" {
-			fmt.Fprintf(stderr, "rcorder: %v\n", err)
-		}
+		fmt.Fprintf(stderr, "rcorder: %v\n", err)
 		fmt.Fprintln(stderr, usage)
-		return 2
+		return 1
+	}
+	for _, w := range o.warnings {
+		fmt.Fprintf(stderr, "rcorder: %s\n", w)
 	}
 	scripts, errs := rcorder.ParseFiles(o.files...)
 	for _, e := range errs {
@@ -102,7 +106,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		text, err := res.Explain(o.explain)
 		if err != nil {
 			fmt.Fprintf(stderr, "rcorder: %v\n", err)
-			return 2
+			return 1
 		}
 		io.WriteString(stdout, text)
 	case o.json:

@@ -78,13 +78,23 @@ type CBCBlock interface {
 	DecryptCBC(dst, src, iv []byte)
 }
 
+// CBCMultiEncrypter is also implemented by the Block NewAES returns:
+// EncryptCBCMulti CBC-encrypts len(src) independent messages (src[i] to
+// dst[i] with iv[i], each under the CBCBlock rules, lengths may differ),
+// four at a time in the four lanes of the bitsliced AES. CBC encryption of
+// a single message is serial and uses one lane, so a batch of requests of
+// one session encrypts up to 4x faster this way. It does not allocate.
+type CBCMultiEncrypter interface {
+	EncryptCBCMulti(dst, src, iv [][]byte)
+}
+
 // Wiper is implemented by every value NewAES, NewGCM and
 // NewChaCha20Poly1305 return: Wipe zeroes the expanded key, after which the
 // value must not be used. It must not run concurrently with other methods.
 type Wiper interface{ Wipe() }
 
 // NewAES returns the constant-time bitsliced AES for a 16, 24 or 32-byte
-// key. The result implements CBCBlock and Wiper, is immutable and safe for
+// key. The result implements CBCBlock, CBCMultiEncrypter and Wiper, is immutable and safe for
 // concurrent use. The key is not retained; errors never contain key
 // material.
 func NewAES(key []byte) (cipher.Block, error) {

@@ -120,6 +120,9 @@ func TestConstructors(t *testing.T) {
 	if _, ok := b.(CBCBlock); !ok {
 		t.Error("NewAES result does not implement CBCBlock")
 	}
+	if _, ok := b.(CBCMultiEncrypter); !ok {
+		t.Error("NewAES result does not implement CBCMultiEncrypter")
+	}
 	g, err := NewGCM(make([]byte, 32))
 	if err != nil {
 		t.Fatal(err)

@@ -43,7 +43,7 @@ const (
 	DefaultThroughputMBps = 45.0
 	DefaultSetupLatency   = 20 * time.Microsecond
 	DefaultQueueLen       = 256
-	DefaultOpTimeout      = 2 * time.Second
+	DefaultOpTimeout      = time.Second
 )
 
 // Options configure a Provider and its emulated device. The zero value
@@ -72,7 +72,7 @@ type Options struct {
 	// crypto_unblock of the original. It must not block.
 	OnUnblock func()
 	// OpTimeout is how long the slot may stay busy before the driver
-	// declares the device hung; default 2 s.
+	// declares the device hung; default 1 s.
 	OpTimeout time.Duration
 	// OnFault is called once, from its own goroutine, when the device
 	// hangs or vanishes, after every outstanding request has been queued
@@ -377,11 +377,11 @@ func (p *Provider) getOpLocked() *devOp {
 // that already carry an error go through the FIFO too, so that completions
 // stay in submission order.
 func (p *Provider) enqueueLocked(op *devOp) {
-	if p.flen == 0 && !p.devBusy {
-		if op.err != nil {
-			p.pushDoneLocked(op)
-			return
-		}
+	if p.flen == 0 && op.err != nil && p.slotOp == nil {
+		p.pushDoneLocked(op)
+		return
+	}
+	if p.flen == 0 && !p.devBusy && op.err == nil {
 		p.startLocked(op)
 		return
 	}
@@ -402,7 +402,7 @@ func (p *Provider) startLocked(op *devOp) {
 // startNextLocked feeds the slot from the FIFO, passing failed requests
 // straight to completion.
 func (p *Provider) startNextLocked() {
-	for p.flen > 0 && !p.devBusy {
+	for p.flen > 0 && (!p.devBusy || p.dead != nil) {
 		op := p.fifo[p.fhead]
 		p.fifo[p.fhead] = nil
 		p.fhead = (p.fhead + 1) % len(p.fifo)

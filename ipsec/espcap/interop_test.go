@@ -152,7 +152,11 @@ func readIPs(t *testing.T, path string) [][]byte {
 		if err != nil {
 			break
 		}
-		out = append(out, append([]byte(nil), d[14:]...))
+		ip := d[14:]
+		if len(ip) >= 4 && ip[0]>>4 == 4 {
+			ip = ip[:int(ip[2])<<8|int(ip[3])] // drop Ethernet padding
+		}
+		out = append(out, append([]byte(nil), ip...))
 	}
 	return out
 }

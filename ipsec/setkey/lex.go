@@ -29,6 +29,9 @@ func lex(file string, src []byte) ([]token, error) {
 	var toks []token
 	line, col := 1, 1
 	i := 0
+	if len(src) >= 3 && src[0] == 0xef && src[1] == 0xbb && src[2] == 0xbf {
+		i = 3 // UTF-8 byte order mark
+	}
 	adv := func() {
 		if src[i] == '\n' {
 			line++

@@ -288,6 +288,9 @@ func (p *parser) endpoint(field string) (endpoint, error) {
 	if err != nil || a.Zone() != "" {
 		return e, p.expected(t, field, "a numeric IPv4 or IPv6 address")
 	}
+	if a.Is4In6() {
+		return e, p.err(t, field, "IPv4-mapped IPv6 address %s: write the IPv4 address %s", a, a.Unmap())
+	}
 	e.addr = a
 	if e.bits > a.BitLen() {
 		return e, p.errAt(t, len(addr)+1, field+" prefix length", "expected a prefix length 0-%d, got %d", a.BitLen(), e.bits)
@@ -347,11 +350,19 @@ func (p *parser) saHeader(pos Pos) (*SA, error) {
 		sa.Dst = netip.AddrPortFrom(dst.addr, 0)
 	case p.isWord(t, "esp-udp"):
 		sa.Proto = ProtoESPUDP
+		for _, e := range []struct {
+			ep    endpoint
+			field string
+		}{{src, "source address"}, {dst, "destination address"}} {
+			if e.ep.port == 0 {
+				return nil, p.errAt(e.ep.tok, e.ep.portCol, e.field+" port", "expected a UDP port 1-65535 (omit it for %d)", NATTPort)
+			}
+		}
 		sp, dp := src.port, dst.port
-		if sp <= 0 {
+		if sp < 0 {
 			sp = NATTPort
 		}
-		if dp <= 0 {
+		if dp < 0 {
 			dp = NATTPort
 		}
 		sa.Src = netip.AddrPortFrom(src.addr, uint16(sp))
@@ -835,6 +846,9 @@ func (p *parser) request(t token) (spd.IPsecRequest, error) {
 		dst, e2 := netip.ParseAddr(b)
 		if !ok || e1 != nil || e2 != nil || src.Zone() != "" || dst.Zone() != "" {
 			return r, p.errAt(t, cols[2], "request endpoints", "expected two numeric addresses A-B")
+		}
+		if src.Is4In6() || dst.Is4In6() {
+			return r, p.errAt(t, cols[2], "request endpoints", "IPv4-mapped IPv6 address: write the IPv4 address")
 		}
 		if src.Is4() != dst.Is4() {
 			return r, p.errAt(t, cols[2], "request endpoints", "tunnel endpoints differ in address family")

@@ -119,6 +119,11 @@ func TestParseForms(t *testing.T) {
 		src   string
 		check func(t *testing.T, op Op)
 	}{
+		{"BOM and CRLF", "\ufeff\r\nflush\r\n;", func(t *testing.T, op Op) {
+			if op.Kind != OpFlush || op.Pos.Line != 2 || op.Pos.Col != 1 {
+				t.Fatalf("%+v", op)
+			}
+		}},
 		{"flush esp", "flush esp;", func(t *testing.T, op Op) {
 			if op.Kind != OpFlush {
 				t.Fatal(op.Kind)
@@ -166,7 +171,7 @@ func TestParseForms(t *testing.T) {
 			}
 		}},
 		{"null with empty key", `add 192.0.2.1 192.0.2.2 esp 300 -E null "" -A hmac-sha1 ` + sha1Key + ";", nil},
-		{"esp-udp v6 ports", "add 2001:db8::1[1234] 2001:db8::2[any] esp-udp 300 -E aes-gcm-16 " + gcmKey + ";", func(t *testing.T, op Op) {
+		{"esp-udp v6 ports", "add 2001:db8::1[1234] 2001:db8::2 esp-udp 300 -E aes-gcm-16 " + gcmKey + ";", func(t *testing.T, op Op) {
 			if op.SA.Src.Port() != 1234 || op.SA.Dst.Port() != NATTPort {
 				t.Fatal(op.SA.Src, op.SA.Dst)
 			}
@@ -243,6 +248,8 @@ func TestParseErrors(t *testing.T) {
 		{"bad address", "add 1.2.3 1.2.3.5 esp 300;", 1, 5, "source address", `expected a numeric IPv4 or IPv6 address, got "1.2.3"`},
 		{"hostname", "add 1.2.3.4 gw.example esp 300;", 1, 13, "destination address", "numeric"},
 		{"zone", "add fe80::1%eth0 fe80::2 esp 300;", 1, 5, "source address", "numeric"},
+		{"v4-mapped", "add ::ffff:1.2.3.4 1.2.3.5 esp 300;", 1, 5, "source address", "IPv4-mapped IPv6 address ::ffff:1.2.3.4: write the IPv4 address 1.2.3.4"},
+		{"v4-mapped tunnel", "spdadd 10.0.0.0/8 10.0.0.0/8 any -P out ipsec esp/tunnel/::ffff:1.2.3.4-::1/require;", 1, 58, "request endpoints", "IPv4-mapped"},
 		{"family mismatch", "add 1.2.3.4 ::1 esp 300;", 1, 13, "destination address", "address family differs"},
 		{"-6 with v4", "add -6 1.2.3.4 1.2.3.5 esp 300;", 1, 8, "source address", "conflicts with -4/-6"},
 		{"-4 and -6", "add -46 1.2.3.4 1.2.3.5 esp 300;", 1, 5, "address family", "conflicting -4 and -6"},
@@ -250,6 +257,7 @@ func TestParseErrors(t *testing.T) {
 		{"port on esp", "add 1.2.3.4 1.2.3.5[4500] esp 300;", 1, 21, "destination address port", "only valid for esp-udp"},
 		{"bad port", "add 1.2.3.4[x] 1.2.3.5 esp-udp 300;", 1, 13, "source address port", `expected a port 0-65535 or any, got "x"`},
 		{"port too big", "add 1.2.3.4[65536] 1.2.3.5 esp-udp 300;", 1, 13, "source address port", "65536"},
+		{"esp-udp port any", "add 1.2.3.4 1.2.3.5[any] esp-udp 300;", 1, 21, "destination address port", "expected a UDP port 1-65535 (omit it for 4500)"},
 		{"unclosed port", "add 1.2.3.4[45 1.2.3.5 esp-udp 300;", 1, 15, "source address", "expected ']'"},
 		{"ah", "add 1.2.3.4 1.2.3.5 ah 300;", 1, 21, "protocol", "ah is not supported, expected esp or esp-udp"},
 		{"bad proto", "add 1.2.3.4 1.2.3.5 gre 300;", 1, 21, "protocol", `expected esp or esp-udp, got "gre"`},
@@ -477,5 +485,29 @@ func TestParseFileErrors(t *testing.T) {
 	var pe *ParseError
 	if !errors.As(err, &pe) || !strings.Contains(pe.Msg, "larger than") {
 		t.Fatalf("oversized file: %v", err)
+	}
+}
+
+// TestPrintingNeverShowsKeys prints SAs and configs with every common verb.
+func TestPrintingNeverShowsKeys(t *testing.T) {
+	cfg, err := ParseFile("testdata/example.conf")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sa := cfg.Ops[2].SA
+	keys := []string{"00112233445566778899aabbccddeeff", "000102030405060708090a0b0c0d0e0f10111213"}
+	dec := fmt.Sprint(sa.EncKey) // "[0 17 34 ...]"
+	for _, v := range []any{sa, *sa, cfg, *cfg, cfg.Ops[2], cfg.Ops} {
+		for _, verb := range []string{"%v", "%+v", "%#v", "%s", "%x", "%X", "%d", "%q"} {
+			out := fmt.Sprintf(verb, v)
+			for _, k := range append(keys, dec, strings.ToUpper(keys[0]), dec[1:len(dec)-1]) {
+				if strings.Contains(out, k) {
+					t.Fatalf("Sprintf(%q, %T) leaks key: %s", verb, v, out)
+				}
+			}
+		}
+	}
+	if got := sa.String(); !strings.Contains(got, "[redacted 16 bytes]") || !strings.HasPrefix(got, "192.0.2.1 192.0.2.2 esp 0x1000") {
+		t.Errorf("String() = %q", got)
 	}
 }

@@ -15,7 +15,8 @@
 //	spddelete [-46n] src[/plen][[port]] dst[/plen][[port]] upperspec -P dir [policy];
 //
 // Addresses are numeric IPv4 or IPv6 (Keel never resolves names, so -n is
-// implied). An SA address may carry "[port]" only for esp-udp (RFC 3948
+// implied; zones and IPv4-mapped IPv6 addresses are rejected). Selector
+// prefixes with host bits set are masked, as the kernel does. An SA address may carry "[port]" only for esp-udp (RFC 3948
 // NAT-T), whose ports default to 4500. SPIs are decimal or 0x-hex and must be
 // at least 256 (RFC 4303 reserves 1-255; 0 is invalid). Keys are "ascii" or
 // 0xHEX and are validated per algorithm:
@@ -50,7 +51,9 @@
 package setkey
 
 import (
+	"errors"
 	"fmt"
+	"io"
 	"net/netip"
 	"strings"
 	"time"
@@ -199,17 +202,25 @@ func (sa *SA) SessionParams() crypto.SessionParams {
 }
 
 // String renders the SA in setkey "add" syntax with keys redacted, e.g.
-// `192.0.2.1 192.0.2.2 esp 0x1000 -m tunnel -r 8 -E aes-gcm-16 [redacted 20 bytes]`.
-func (sa *SA) String() string {
+// `192.0.2.1 192.0.2.2 esp 0x1000 -m tunnel -E aes-gcm-16 [redacted 20 bytes]`.
+func (sa SA) String() string {
 	var b strings.Builder
-	formatSA(&b, sa, false, true)
+	formatSA(&b, &sa, false, true)
 	return b.String()
 }
+
+// GoString is String, so that %#v cannot print keys either.
+func (sa SA) GoString() string { return sa.String() }
+
+// Format implements fmt.Formatter so that every verb (%v, %+v, %d, %x, ...)
+// prints the redacted String form and never the key bytes, including when
+// an SA is nested in an Op or Config being printed.
+func (sa SA) Format(f fmt.State, verb rune) { _, _ = io.WriteString(f, sa.String()) }
 
 // Error is the category of a ParseError, for errors.Is.
 var (
 	// ErrSyntax marks every *ParseError.
-	ErrSyntax = fmt.Errorf("setkey: syntax error")
+	ErrSyntax = errors.New("setkey: syntax error")
 )
 
 // ParseError is a parse or validation error at a position. Its message

@@ -18,31 +18,40 @@ type cacheEntry struct {
 	res atomic.Uint64 // policy index + 1; 0 = no matching policy
 }
 
-// flowCache is a 2-way set-associative hashed flow cache. It is invalidated
+// cacheWays is the associativity of the flow cache.
+const cacheWays = 4
+
+// flowCache is a 4-way set-associative hashed flow cache. It is invalidated
 // wholesale by generation: entries whose gen differs from the current
-// table's are misses and are preferred victims.
+// table's are misses and are preferred victims. Within one generation a
+// bucket fills from way 0 up, so a lookup stops at the first stale way (if a
+// race breaks that order, the only effect is an extra miss: a hit always
+// compares the full key and the generation).
 type flowCache struct {
 	ent   []cacheEntry
-	bmask uint64 // bucket mask; bucket b is ent[2b], ent[2b+1]
+	bmask uint64 // bucket mask; bucket b is ent[4b : 4b+4]
 }
 
 func newFlowCache(n int) *flowCache {
-	size := 2
+	size := cacheWays
 	for size < n {
 		size <<= 1
 	}
-	return &flowCache{ent: make([]cacheEntry, size), bmask: uint64(size/2 - 1)}
+	return &flowCache{ent: make([]cacheEntry, size), bmask: uint64(size/cacheWays - 1)}
 }
 
 func (c *flowCache) get(h uint64, k *flowKey, gen uint64) (int32, bool) {
-	b := (h & c.bmask) * 2
-	for i := range uint64(2) {
+	b := (h & c.bmask) * cacheWays
+	for i := range uint64(cacheWays) {
 		e := &c.ent[b+i]
 		s := e.seq.Load()
 		if s&1 != 0 {
 			continue
 		}
-		if e.gen.Load() != gen || e.w[4].Load() != k.w[4] || e.w[0].Load() != k.w[0] ||
+		if e.gen.Load() != gen {
+			return 0, false
+		}
+		if e.w[4].Load() != k.w[4] || e.w[0].Load() != k.w[0] ||
 			e.w[1].Load() != k.w[1] || e.w[2].Load() != k.w[2] || e.w[3].Load() != k.w[3] {
 			continue
 		}
@@ -56,15 +65,13 @@ func (c *flowCache) get(h uint64, k *flowKey, gen uint64) (int32, bool) {
 }
 
 func (c *flowCache) put(h uint64, k *flowKey, gen uint64, r int32) {
-	b := (h & c.bmask) * 2
-	var e *cacheEntry
-	switch {
-	case c.ent[b].gen.Load() != gen:
-		e = &c.ent[b]
-	case c.ent[b+1].gen.Load() != gen:
-		e = &c.ent[b+1]
-	default:
-		e = &c.ent[b+(h>>40)&1]
+	b := (h & c.bmask) * cacheWays
+	e := &c.ent[b+(h>>40)%cacheWays] // victim if all ways are current
+	for i := range uint64(cacheWays) {
+		if c.ent[b+i].gen.Load() != gen {
+			e = &c.ent[b+i]
+			break
+		}
 	}
 	s := e.seq.Load()
 	if s&1 != 0 || !e.seq.CompareAndSwap(s, s+1) {

@@ -90,8 +90,11 @@ type tupleID struct {
 	proto, sp, dp    bool
 }
 
+// slot is one compact open-addressing slot: a hash tag and the policy.
+// The full key lives in the parallel keys array and is read only when the
+// tag matches, so a probe that misses touches 8 bytes, not 48.
 type slot struct {
-	k    [5]uint64
+	tag  uint32
 	prio int32 // policy index + 1; 0 = empty
 }
 
@@ -103,6 +106,7 @@ type tuple struct {
 	minPrio        int32     // lowest policy index in this tuple
 	srcLen, dstLen uint8     // index into dirTable.srcLens/dstLens; noLen for wildcards
 	slots          []slot
+	keys           [][5]uint64 // keys[i] belongs to slots[i]
 	smask          uint64
 }
 
@@ -122,10 +126,10 @@ const stageThreshold = 12
 // lenSet is the set of distinct masked prefixes of one family and length in
 // one address dimension.
 type lenSet struct {
-	fam        uint64
-	hiMask, lo uint64 // masks
-	slots      []lenSlot
-	smask      uint64
+	fam            uint64
+	hiMask, loMask uint64 // applied to the address words
+	slots          []lenSlot
+	smask          uint64
 }
 
 type lenSlot struct {
@@ -152,7 +156,7 @@ func (ls *lenSet) add(seed, hi, lo uint64) {
 
 func (ls *lenSet) has(seed, hi, lo uint64) bool {
 	hi &= ls.hiMask
-	lo &= ls.lo
+	lo &= ls.loMask
 	i := lenHash(seed, hi, lo) & ls.smask
 	for {
 		s := &ls.slots[i]
@@ -236,15 +240,17 @@ func (t *tuple) maskedKey(k *flowKey, out *[5]uint64) {
 }
 
 func (t *tuple) insert(seed uint64, key *[5]uint64, prio int32) {
-	i := hash5(seed, key) & t.smask
+	h := hash5(seed, key)
+	i, tag := h&t.smask, uint32(h>>32)
 	for {
 		s := &t.slots[i]
 		if s.prio == 0 {
-			s.k = *key
+			s.tag = tag
 			s.prio = prio + 1
+			t.keys[i] = *key
 			return
 		}
-		if s.k == *key {
+		if s.tag == tag && t.keys[i] == *key {
 			if prio+1 < s.prio {
 				s.prio = prio + 1
 			}
@@ -255,13 +261,14 @@ func (t *tuple) insert(seed uint64, key *[5]uint64, prio int32) {
 }
 
 func (t *tuple) find(seed uint64, key *[5]uint64) int32 {
-	i := hash5(seed, key) & t.smask
+	h := hash5(seed, key)
+	i, tag := h&t.smask, uint32(h>>32)
 	for {
 		s := &t.slots[i]
 		if s.prio == 0 {
 			return -1
 		}
-		if s.k == *key {
+		if s.tag == tag && t.keys[i] == *key {
 			return s.prio - 1
 		}
 		i = (i + 1) & t.smask
@@ -294,6 +301,7 @@ func compile(ps []Policy, gen, seed uint64) *table {
 				size <<= 1
 			}
 			tp.slots = make([]slot, size)
+			tp.keys = make([][5]uint64, size)
 			tp.smask = uint64(size - 1)
 			for _, pi := range members {
 				var k flowKey
@@ -385,7 +393,7 @@ func buildLenSets(ps []Policy, d Dir, seed uint64, tuples []tuple, src bool) []l
 			j = len(sets)
 			idx[id] = j
 			ls := lenSet{fam: id.fam}
-			ls.hiMask, ls.lo = mask128(id.bits)
+			ls.hiMask, ls.loMask = mask128(id.bits)
 			sets = append(sets, ls)
 			members = append(members, nil)
 		}
@@ -400,7 +408,7 @@ func buildLenSets(ps []Policy, d Dir, seed uint64, tuples []tuple, src bool) []l
 		sets[j].slots = make([]lenSlot, size)
 		sets[j].smask = uint64(size - 1)
 		for _, m := range members[j] {
-			sets[j].add(seed, m[0]&sets[j].hiMask, m[1]&sets[j].lo)
+			sets[j].add(seed, m[0]&sets[j].hiMask, m[1]&sets[j].loMask)
 		}
 	}
 	for i := range tuples {
@@ -412,7 +420,7 @@ func buildLenSets(ps []Policy, d Dir, seed uint64, tuples []tuple, src bool) []l
 		li := uint8(noLen)
 		if fam != famNone {
 			for j := range sets {
-				if sets[j].fam == fam && sets[j].hiMask == m0 && sets[j].lo == m1 {
+				if sets[j].fam == fam && sets[j].hiMask == m0 && sets[j].loMask == m1 {
 					li = uint8(j)
 				}
 			}

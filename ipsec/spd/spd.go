@@ -9,7 +9,7 @@ import (
 )
 
 // DefaultCacheEntries is the flow cache size used by New without
-// WithCacheEntries: 65536 entries of 64 bytes (4 MiB), in 2-way buckets.
+// WithCacheEntries: 65536 entries of 64 bytes (4 MiB), in 4-way buckets.
 const DefaultCacheEntries = 1 << 16
 
 // Option configures New.
@@ -20,7 +20,7 @@ type config struct {
 }
 
 // WithCacheEntries sets the flow cache size (rounded up to a power of two,
-// at least 2). 0 disables the cache: every Lookup classifies.
+// at least 4). 0 disables the cache: every Lookup classifies.
 func WithCacheEntries(n int) Option {
 	return func(c *config) { c.cacheEntries = n }
 }

@@ -195,6 +195,9 @@ func randomPolicies(r *rand.Rand, n int) []Policy {
 		if r.IntN(10) == 0 {
 			p.Sel.Src = netip.Prefix{}
 		}
+		if r.IntN(20) == 0 && p.Sel.Dst.Addr().Is4() { // IPv4-mapped IPv6 prefix
+			p.Sel.Dst = netip.PrefixFrom(netip.AddrFrom16(p.Sel.Dst.Addr().As16()), 96+p.Sel.Dst.Bits())
+		}
 		if r.IntN(2) == 0 {
 			p.Sel.Proto = []uint8{1, 6, 17, 58}[r.IntN(4)]
 		}
@@ -237,6 +240,12 @@ func randAddr(r *rand.Rand, v6 bool) netip.Addr {
 func randFlow(r *rand.Rand) Flow {
 	v6 := r.IntN(4) == 0
 	f := Flow{Src: randAddr(r, v6), Dst: randAddr(r, v6 != (r.IntN(20) == 0))}
+	if r.IntN(20) == 0 && f.Dst.Is4() {
+		f.Dst = netip.AddrFrom16(f.Dst.As16()) // IPv4-mapped: only IPv6 prefixes match
+	}
+	if r.IntN(30) == 0 {
+		f.Src = netip.Addr{} // invalid: only wildcard selectors match
+	}
 	f.Proto = []uint8{0, 1, 6, 17, 58, 50}[r.IntN(6)]
 	f.SrcPort = uint16(r.IntN(5))
 	f.DstPort = uint16(r.IntN(5))

@@ -168,5 +168,3 @@ func mirror(cfg *setkey.Config) *setkey.Config {
 	}
 	return out
 }
-
-

@@ -174,14 +174,14 @@ func (g *pktgenService) Stop(ctx context.Context) error {
 	return peer.Close(ctx)
 }
 
-// Status reports the delivered rate since the previous call (at least one
-// second apart) and the totals.
+// Status reports the delivered rate over the last window (at least one
+// second, or 200 ms for the first) and the totals.
 func (g *pktgenService) Status() string {
 	g.rateMu.Lock()
 	defer g.rateMu.Unlock()
 	now := time.Now()
 	b, p := g.bytes.Load(), g.delivered.Load()
-	if dt := now.Sub(g.lastT).Seconds(); dt >= 1 {
+	if dt := now.Sub(g.lastT).Seconds(); dt >= 1 || (g.pps == 0 && dt >= 0.2) {
 		g.bps = float64(b-g.lastBytes) * 8 / dt
 		g.pps = float64(p-g.lastPkts) / dt
 		g.lastT, g.lastBytes, g.lastPkts = now, b, p

@@ -215,3 +215,58 @@ func (c *Cipher) DecryptCBC(dst, src, iv []byte) {
 		src, dst = src[n:], dst[n:]
 	}
 }
+
+// EncryptCBCMulti CBC-encrypts len(src) independent messages, src[i] into
+// dst[i] with iv[i], running four messages in the four lanes of each
+// bitsliced evaluation (CBC encryption of one message is serial and uses
+// one lane only). Each message follows the EncryptCBC rules (whole blocks,
+// len(dst[i]) >= len(src[i]), exact or no overlap, 16-byte iv[i], not
+// modified); the slices of dst, src and iv must have the same length.
+// Messages may have different lengths. It does not allocate.
+func (c *Cipher) EncryptCBCMulti(dst, src, iv [][]byte) {
+	if len(dst) != len(src) || len(iv) != len(src) {
+		panic("aesct: EncryptCBCMulti: dst, src and iv counts differ")
+	}
+	for i := range src {
+		if len(iv[i]) != BlockSize || len(src[i])%BlockSize != 0 || len(dst[i]) < len(src[i]) {
+			panic("aesct: EncryptCBCMulti: bad message or IV length")
+		}
+	}
+	for g := 0; g < len(src); g += 4 {
+		n := min(len(src)-g, 4)
+		var prev, w [16]uint32
+		var q [8]uint64
+		blocks := 0
+		for l := 0; l < n; l++ {
+			for k := 0; k < 4; k++ {
+				prev[4*l+k] = binary.LittleEndian.Uint32(iv[g+l][4*k:])
+			}
+			blocks = max(blocks, len(src[g+l])/BlockSize)
+		}
+		for b := 0; b < blocks; b++ {
+			off := b * BlockSize
+			for l := 0; l < 4; l++ {
+				if l < n && off < len(src[g+l]) {
+					s := src[g+l][off : off+BlockSize]
+					for k := 0; k < 4; k++ {
+						w[4*l+k] = prev[4*l+k] ^ binary.LittleEndian.Uint32(s[4*k:])
+					}
+				} else {
+					w[4*l], w[4*l+1], w[4*l+2], w[4*l+3] = 0, 0, 0, 0
+				}
+			}
+			load4w(&q, &w)
+			encryptSliced(c.nr, c.sk[:], &q)
+			store4w(&w, &q)
+			for l := 0; l < n; l++ {
+				if off < len(src[g+l]) {
+					d := dst[g+l][off : off+BlockSize]
+					for k := 0; k < 4; k++ {
+						prev[4*l+k] = w[4*l+k]
+						binary.LittleEndian.PutUint32(d[4*k:], w[4*l+k])
+					}
+				}
+			}
+		}
+	}
+}

@@ -481,3 +481,42 @@ func TestWipe(t *testing.T) {
 		t.Fatal("Wipe left key material")
 	}
 }
+
+func TestEncryptCBCMulti(t *testing.T) {
+	rng := rand.New(rand.NewPCG(21, 22))
+	for _, count := range []int{0, 1, 3, 4, 5, 9} {
+		key := make([]byte, 16)
+		fill(rng, key)
+		c, _ := NewCipher(key)
+		ref, _ := aes.NewCipher(key)
+		var dst, src, iv, want [][]byte
+		for i := 0; i < count; i++ {
+			m := make([]byte, 16*rng.IntN(12))
+			v := make([]byte, 16)
+			fill(rng, m)
+			fill(rng, v)
+			w := make([]byte, len(m))
+			cipher.NewCBCEncrypter(ref, v).CryptBlocks(w, m)
+			want = append(want, w)
+			if i%2 == 0 {
+				dst = append(dst, m) // in place
+			} else {
+				dst = append(dst, make([]byte, len(m)))
+			}
+			src, iv = append(src, m), append(iv, bytes.Clone(v))
+		}
+		ivs := make([][]byte, len(iv))
+		for i := range iv {
+			ivs[i] = bytes.Clone(iv[i])
+		}
+		c.EncryptCBCMulti(dst, src, iv)
+		for i := range want {
+			if !bytes.Equal(dst[i], want[i]) {
+				t.Fatalf("count %d message %d (len %d) mismatch", count, i, len(want[i]))
+			}
+			if !bytes.Equal(iv[i], ivs[i]) {
+				t.Fatalf("iv %d modified", i)
+			}
+		}
+	}
+}

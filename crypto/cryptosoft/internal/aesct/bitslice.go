@@ -5,10 +5,11 @@
 // Constant-time design: every operation on key or data bits is a fixed
 // sequence of AND, XOR, NOT, shifts by constant amounts and integer
 // multiplications. There are no table lookups and no branches indexed by
-// secret data. The S-box is evaluated as a Boolean circuit (the 113-gate
-// Boyar–Peralta circuit) over 8 bit planes; the state of four 16-byte
-// blocks is held "bitsliced" in eight uint64 words, so that one evaluation
-// of the circuit computes all 64 S-boxes of four blocks at once. ShiftRows
+// secret data. The S-box is evaluated as a Boolean circuit (Boyar and
+// Peralta's, 32 AND and 83 XOR/XNOR gates) over 8 bit planes; the state
+// of four 16-byte blocks is held "bitsliced" in eight uint64 words, so
+// that one evaluation of the circuit computes all 64 S-boxes of four
+// blocks at once. ShiftRows
 // and MixColumns are constant shifts/rotations of those words. The key
 // schedule uses the same bitsliced S-box (SubWord) and branches only on the
 // public round index and key length. Loops run over public lengths only.

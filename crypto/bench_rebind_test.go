@@ -1,0 +1,216 @@
+package crypto_test
+
+import (
+	"context"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/keelinit/keel/crypto"
+	"github.com/keelinit/keel/crypto/aesni"
+	"github.com/keelinit/keel/crypto/cryptosoft"
+)
+
+// BenchmarkSelection: with cryptosoft and aesni registered in either
+// order, a new AES-128-GCM binding's throughput (1420 B, batch 32) ÷ the
+// best provider's own session doing the same work, interleaved.
+func BenchmarkSelection(b *testing.B) {
+	for _, order := range []string{"cryptosoft-first", "aesni-first"} {
+		b.Run(order, func(b *testing.B) {
+			fw := newFW(b, crypto.Options{})
+			provs := []crypto.Provider{cryptosoft.New(), aesni.New()}
+			if order == "aesni-first" {
+				slices.Reverse(provs)
+			}
+			for _, p := range provs {
+				mustRegister(b, fw, p)
+			}
+			keys := testKeys(algGCM128, 1)
+			bd, err := fw.Bind(keys, func([]*crypto.Request) {})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer bd.Close(context.Background())
+			direct, err := aesni.New().NewSession(keys, func([]*crypto.Request) {})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer direct.Close(context.Background())
+			g1, g2 := newGCMBatch(32, 1420), newGCMBatch(32, 1420)
+			tB, tD := make([]time.Duration, 0, b.N), make([]time.Duration, 0, b.N)
+			b.SetBytes(32 * 1420)
+			b.ResetTimer()
+			for range b.N {
+				g1.next()
+				t0 := time.Now()
+				bd.Submit(g1.reqs)
+				tB = append(tB, time.Since(t0))
+				g2.next()
+				t0 = time.Now()
+				direct.Submit(g2.reqs)
+				tD = append(tD, time.Since(t0))
+			}
+			b.StopTimer()
+			if bd.Provider() != aesni.Name {
+				b.Fatalf("new binding on %q", bd.Provider())
+			}
+			b.ReportMetric(float64(median(tD))/float64(median(tB)), "binding/best")
+		})
+	}
+}
+
+// BenchmarkLiveRebind: a binding created while only cryptosoft exists
+// carries AES-128-GCM traffic (1420 B, batch 32) from one goroutine; aesni
+// registers under load; the binding moves. Reports the median per-batch
+// throughput before and after, the number of rebinds and lost requests.
+func BenchmarkLiveRebind(b *testing.B) {
+	for range b.N {
+		fw := newFW(b, crypto.Options{})
+		mustRegister(b, fw, cryptosoft.New())
+		var delivered atomic.Int64
+		keys := testKeys(algGCM128, 1)
+		bd, err := fw.Bind(keys, func(rs []*crypto.Request) { delivered.Add(int64(len(rs))) })
+		if err != nil {
+			b.Fatal(err)
+		}
+		g := newGCMBatch(32, 1420)
+		var before, after []time.Duration
+		var accepted int64
+		stop := make(chan struct{})
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				prov := bd.Provider()
+				g.next()
+				t0 := time.Now()
+				n := bd.Submit(g.reqs)
+				d := time.Since(t0)
+				accepted += int64(n)
+				if n == len(g.reqs) && bd.Provider() == prov {
+					if prov == cryptosoft.Name {
+						before = append(before, d)
+					} else {
+						after = append(after, d)
+					}
+				}
+			}
+		}()
+		time.Sleep(60 * time.Millisecond)
+		mustRegister(b, fw, aesni.New())
+		time.Sleep(60 * time.Millisecond)
+		close(stop)
+		<-done
+		bd.Close(context.Background())
+		st := bd.Status()
+		if st.Provider != "" || st.Rebinds != 1 {
+			b.Fatalf("status %+v", st)
+		}
+		mb := func(d time.Duration) float64 { return 32 * 1420 / d.Seconds() / 1e6 }
+		b.ReportMetric(mb(median(before)), "before-MB/s")
+		b.ReportMetric(mb(median(after)), "after-MB/s")
+		b.ReportMetric(float64(st.Rebinds), "rebinds")
+		b.ReportMetric(float64(accepted-delivered.Load()), "lost")
+	}
+}
+
+// BenchmarkRebind1000: 1000 AES-128-GCM bindings on cryptosoft with one
+// goroutine sending a 64-byte request to each in turn. aesni is registered
+// with an unreachable hysteresis (bindings stay), then cryptosoft is
+// deregistered: all 1000 bindings migrate live. Reports the migration
+// time and the longest gap between two consecutive completions of the
+// traffic during it, next to the same figure for an equally long window
+// without rebinding (the machine's noise floor).
+func BenchmarkRebind1000(b *testing.B) {
+	const n = 1000
+	for range b.N {
+		fw := newFW(b, crypto.Options{Hysteresis: 1e9})
+		mustRegister(b, fw, cryptosoft.New())
+		var delivered atomic.Int64
+		binds := make([]*crypto.Binding, n)
+		for i := range binds {
+			bd, err := fw.Bind(testKeys(algGCM128, byte(i)), func(rs []*crypto.Request) { delivered.Add(int64(len(rs))) })
+			if err != nil {
+				b.Fatal(err)
+			}
+			binds[i] = bd
+		}
+		mustRegister(b, fw, aesni.New())
+		var (
+			mu      sync.Mutex
+			window  bool
+			maxGap  time.Duration
+			last    time.Time
+			sent    int64
+			stopped atomic.Bool
+		)
+		reqs := make([]*crypto.Request, n)
+		for i := range reqs {
+			buf := make([]byte, 64+16)
+			reqs[i] = &crypto.Request{Dir: crypto.Encrypt, Data: buf[:64:80], ICV: buf[64:], AAD: make([]byte, 8), IV: make([]byte, 8)}
+		}
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			one := make([]*crypto.Request, 1)
+			var seq uint64
+			for i := 0; !stopped.Load(); i = (i + 1) % n {
+				seq++
+				reqs[i].IV[7] = byte(seq)
+				reqs[i].IV[6] = byte(seq >> 8)
+				reqs[i].IV[5] = byte(seq >> 16)
+				one[0] = reqs[i]
+				if binds[i].Submit(one) != 1 {
+					continue
+				}
+				sent++
+				now := time.Now()
+				mu.Lock()
+				if window && !last.IsZero() && now.Sub(last) > maxGap {
+					maxGap = now.Sub(last)
+				}
+				last = now
+				mu.Unlock()
+			}
+		}()
+		measure := func(f func()) (time.Duration, time.Duration) {
+			mu.Lock()
+			window, maxGap, last = true, 0, time.Time{}
+			mu.Unlock()
+			t0 := time.Now()
+			f()
+			d := time.Since(t0)
+			mu.Lock()
+			window = false
+			g := maxGap
+			mu.Unlock()
+			return d, g
+		}
+		time.Sleep(20 * time.Millisecond)
+		migrate, gap := measure(func() {
+			if err := fw.Deregister(context.Background(), cryptosoft.Name); err != nil {
+				b.Error(err)
+			}
+		})
+		_, floor := measure(func() { time.Sleep(migrate) })
+		stopped.Store(true)
+		<-done
+		for _, bd := range binds {
+			if bd.Provider() != aesni.Name {
+				b.Fatalf("binding on %q", bd.Provider())
+			}
+			bd.Close(context.Background())
+		}
+		b.ReportMetric(float64(migrate.Microseconds())/1000, "migrate-ms")
+		b.ReportMetric(float64(gap.Microseconds()), "max-gap-µs")
+		b.ReportMetric(float64(floor.Microseconds()), "noise-max-gap-µs")
+		b.ReportMetric(float64(sent-delivered.Load()), "lost")
+	}
+}

@@ -1,0 +1,5 @@
+//go:build !race
+
+package crypto_test
+
+const raceEnabled = false

@@ -1,0 +1,402 @@
+package e2e
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// The topology of bench/tunnel.sh: A 10.99.0.1 on vA <-> B 10.99.0.2 on vB,
+// tunnel addresses 10.98.0.1 and 10.98.0.2 on keel0.
+const (
+	outerA, outerB = "10.99.0.1", "10.99.0.2"
+	innerA, innerB = "10.98.0.1", "10.98.0.2"
+	spiAB, spiBA   = 0x1001, 0x2001
+)
+
+type side struct {
+	name, ns      string
+	outer, inner  string
+	peer, peerIn  string
+	ctl           string
+	outKey, inKey string
+	outSPI, inSPI int
+}
+
+type topo struct {
+	// udpGSO is the gateways' ipsec_udp_gso: a UDP GSO batch crosses a
+	// veth unsegmented, so a capture would show one datagram per batch.
+	// With ethtool the veths segment in software instead (the production
+	// send path stays); without it the gateways send without GSO.
+	udpGSO string
+	t      *testing.T
+	dir    string
+	a, b   *side
+	mu     sync.Mutex
+	cmds   []*exec.Cmd
+}
+
+// requireTools skips unless root with the tools the tests use.
+func requireTools(t *testing.T, tools ...string) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("needs root (network namespaces)")
+	}
+	if _, err := os.Stat("/dev/net/tun"); err != nil {
+		t.Skip("no /dev/net/tun")
+	}
+	for _, tool := range append([]string{"ip"}, tools...) {
+		if _, err := exec.LookPath(tool); err != nil {
+			t.Skipf("%s not installed", tool)
+		}
+	}
+	if buildErr != nil {
+		t.Fatal(buildErr)
+	}
+	if gwBin == "" {
+		t.Skip("keel-gw not built")
+	}
+}
+
+func randHex(t *testing.T, n int) string {
+	b := make([]byte, n)
+	if _, err := cryptoRead(b); err != nil {
+		t.Fatal(err)
+	}
+	return "0x" + hex.EncodeToString(b)
+}
+
+// newTopo creates the namespaces and the veth pair; t.Cleanup removes them
+// and every process started through the topology, whatever happens.
+func newTopo(t *testing.T) *topo {
+	t.Helper()
+	id := fmt.Sprintf("%d%d", os.Getpid()%100000, time.Now().UnixNano()%1000)
+	tp := &topo{t: t, dir: t.TempDir()}
+	kab, kba := randHex(t, 20), randHex(t, 20)
+	tp.udpGSO = "YES"
+	tp.a = &side{name: "A", ns: "keele2eA" + id, outer: outerA, inner: innerA, peer: outerB, peerIn: innerB,
+		outKey: kab, inKey: kba, outSPI: spiAB, inSPI: spiBA}
+	tp.b = &side{name: "B", ns: "keele2eB" + id, outer: outerB, inner: innerB, peer: outerA, peerIn: innerA,
+		outKey: kba, inKey: kab, outSPI: spiBA, inSPI: spiAB}
+	t.Cleanup(tp.cleanup)
+	tp.run("ip", "netns", "add", tp.a.ns)
+	tp.run("ip", "netns", "add", tp.b.ns)
+	tp.run("ip", "link", "add", "vA", "netns", tp.a.ns, "type", "veth", "peer", "name", "vB", "netns", tp.b.ns)
+	for _, s := range []*side{tp.a, tp.b} {
+		dev := "v" + s.name
+		tp.run("ip", "-n", s.ns, "addr", "add", s.outer+"/24", "dev", dev)
+		tp.run("ip", "-n", s.ns, "link", "set", "lo", "up")
+		tp.run("ip", "-n", s.ns, "link", "set", dev, "up")
+		if _, err := exec.LookPath("ethtool"); err == nil && os.Getenv("KEEL_E2E_UDP_GSO") != "NO" {
+			tp.in(s, "ethtool", "-K", dev, "tx-udp-segmentation", "off")
+		} else {
+			tp.udpGSO = "NO"
+		}
+	}
+	return tp
+}
+
+func (tp *topo) cleanup() {
+	tp.mu.Lock()
+	cmds := tp.cmds
+	tp.cmds = nil
+	tp.mu.Unlock()
+	for _, c := range cmds {
+		if c.Process != nil {
+			c.Process.Signal(syscall.SIGTERM)
+		}
+	}
+	deadline := time.Now().Add(3 * time.Second)
+	for _, c := range cmds {
+		if c.Process == nil {
+			continue
+		}
+		done := make(chan struct{})
+		go func() { c.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(time.Until(deadline)):
+			c.Process.Kill()
+			<-done
+		}
+	}
+	for _, s := range []*side{tp.a, tp.b} {
+		if s != nil {
+			exec.Command("ip", "netns", "del", s.ns).Run()
+		}
+	}
+}
+
+// run runs a short command (bounded to 20 s) and fails the test on error.
+func (tp *topo) run(name string, args ...string) string {
+	tp.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, name, args...).CombinedOutput()
+	if err != nil {
+		tp.t.Fatalf("%s %s: %v\n%s", name, strings.Join(args, " "), err, out)
+	}
+	return string(out)
+}
+
+// in runs a command in s's namespace.
+func (tp *topo) in(s *side, name string, args ...string) string {
+	tp.t.Helper()
+	return tp.run("ip", append([]string{"netns", "exec", s.ns, name}, args...)...)
+}
+
+// start starts a long-running command in s's namespace, stopped by cleanup.
+func (tp *topo) start(s *side, stdout, stderr io.Writer, env []string, name string, args ...string) *exec.Cmd {
+	tp.t.Helper()
+	c := exec.Command("ip", append([]string{"netns", "exec", s.ns, name}, args...)...)
+	c.Stdout, c.Stderr = stdout, stderr
+	c.Env = append(os.Environ(), env...)
+	if err := c.Start(); err != nil {
+		tp.t.Fatalf("start %s: %v", name, err)
+	}
+	tp.mu.Lock()
+	tp.cmds = append(tp.cmds, c)
+	tp.mu.Unlock()
+	return c
+}
+
+// syncBuffer is a bytes.Buffer safe for a writer process and a reader.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+func (s *syncBuffer) String() string { s.mu.Lock(); defer s.mu.Unlock(); return s.b.String() }
+
+// startGateway starts keel-gw in s's namespace with the providers kld and
+// waits until it is up.
+func (tp *topo) startGateway(s *side, kld string) {
+	tp.t.Helper()
+	conf := fmt.Sprintf(`flush;
+spdflush;
+add %[1]s %[2]s esp-udp %[5]d -m tunnel -r 512 -E aes-gcm-16 %[7]s;
+add %[2]s %[1]s esp-udp %[6]d -m tunnel -r 512 -E aes-gcm-16 %[8]s;
+spdadd %[3]s %[4]s any -P out ipsec esp/tunnel/%[1]s-%[2]s/require;
+spdadd %[4]s %[3]s any -P in ipsec esp/tunnel/%[2]s-%[1]s/require;
+`, s.outer, s.peer, s.inner, s.peerIn, s.outSPI, s.inSPI, s.outKey, s.inKey)
+	file := filepath.Join(tp.dir, "ipsec"+s.name+".conf")
+	if err := os.WriteFile(file, []byte(conf), 0o600); err != nil {
+		tp.t.Fatal(err)
+	}
+	s.ctl = filepath.Join(tp.dir, "ctl"+s.name)
+	pid := filepath.Join(tp.dir, "pid"+s.name)
+	logb := &syncBuffer{}
+	c := tp.start(s, logb, logb, nil, gwBin, "-ctl", s.ctl, "-pidfile", pid,
+		"ipsec_file="+file, "kld_list="+kld, "ipsec_tun=keel0", "ipsec_local="+s.outer,
+		"ipsec_peer="+s.peer, "ipsec_encap=udp", "ipsec_tun_addr="+s.inner+"/24", "ipsec_tun_mtu=1420", "ipsec_udp_gso="+tp.udpGSO)
+	for deadline := time.Now().Add(15 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		if b, err := os.ReadFile(pid); err == nil && len(b) > 0 {
+			return
+		}
+	}
+	c.Process.Kill()
+	tp.t.Fatalf("gateway %s did not come up:\n%s", s.name, logb.String())
+}
+
+// ctl sends one control command to s's gateway.
+func (tp *topo) ctl(s *side, cmd string) string {
+	tp.t.Helper()
+	c, err := net.DialTimeout("unix", s.ctl, 5*time.Second)
+	if err != nil {
+		tp.t.Fatalf("control %s: %v", s.name, err)
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(30 * time.Second))
+	fmt.Fprintln(c, cmd)
+	var out bytes.Buffer
+	out.ReadFrom(c)
+	return out.String()
+}
+
+type saStatus struct {
+	SPI      uint32
+	Provider string
+	Rebinds  uint64
+	Seq      uint64
+}
+
+type snapshot struct {
+	Gateway struct {
+		Out, In struct {
+			Packets uint64
+			Drops   map[string]uint64
+		}
+	}
+	SAs []saStatus
+}
+
+func (tp *topo) status(s *side) snapshot {
+	tp.t.Helper()
+	var sn snapshot
+	out := tp.ctl(s, "status")
+	if err := json.Unmarshal([]byte(out), &sn); err != nil {
+		tp.t.Fatalf("status %s: %v: %q", s.name, err, out)
+	}
+	return sn
+}
+
+// capture runs tcpdump on s's veth; stop it to get the pcap path.
+type capture struct {
+	cmd    *exec.Cmd
+	file   string
+	stderr *syncBuffer
+}
+
+func (tp *topo) capture(s *side, snaplen int) *capture {
+	tp.t.Helper()
+	cp := &capture{file: filepath.Join(tp.dir, "cap"+s.name+".pcap"), stderr: &syncBuffer{}}
+	cp.cmd = exec.Command("ip", "netns", "exec", s.ns, "tcpdump", "-i", "v"+s.name, "-n", "-U", "-B", "16384",
+		"-s", strconv.Itoa(snaplen), "-w", cp.file, "ip")
+	cp.cmd.Stderr = cp.stderr
+	if err := cp.cmd.Start(); err != nil {
+		tp.t.Fatal(err)
+	}
+	tp.mu.Lock()
+	tp.cmds = append(tp.cmds, cp.cmd)
+	tp.mu.Unlock()
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		if strings.Contains(cp.stderr.String(), "listening on") {
+			return cp
+		}
+	}
+	tp.t.Fatalf("tcpdump did not start: %s", cp.stderr.String())
+	return nil
+}
+
+// stop ends the capture and reports the packets the kernel dropped.
+func (cp *capture) stop(t *testing.T) (dropped int) {
+	t.Helper()
+	time.Sleep(200 * time.Millisecond)
+	cp.cmd.Process.Signal(syscall.SIGINT)
+	done := make(chan struct{})
+	go func() { cp.cmd.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		cp.cmd.Process.Kill()
+		<-done
+	}
+	sc := bufio.NewScanner(strings.NewReader(cp.stderr.String()))
+	for sc.Scan() {
+		if f := strings.Fields(sc.Text()); len(f) > 3 && strings.HasSuffix(sc.Text(), "dropped by kernel") {
+			dropped, _ = strconv.Atoi(f[0])
+		}
+	}
+	return dropped
+}
+
+// tshark runs tshark on a capture with the given extra arguments and returns
+// the output lines.
+func (tp *topo) tshark(file string, args ...string) []string {
+	tp.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "tshark", append([]string{"-n", "-r", file}, args...)...)
+	cmd.Env = append(os.Environ(), "HOME="+tp.dir) // no user preferences
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	if err := cmd.Run(); err != nil {
+		tp.t.Fatalf("tshark %v: %v\n%s", args, err, errb.String())
+	}
+	var lines []string
+	for _, l := range strings.Split(out.String(), "\n") {
+		if l = strings.TrimSpace(l); l != "" {
+			lines = append(lines, l)
+		}
+	}
+	return lines
+}
+
+// tcpTransfer sends n bytes from one side's inner address to the other's
+// (port 5001) at rate bytes/s (0: unpaced) and checks the payload hash. If
+// during is set, it runs once the transfer is under way.
+func (tp *topo) tcpTransfer(from, to *side, n, rate int64, during func()) {
+	tp.t.Helper()
+	exe, err := os.Executable()
+	if err != nil {
+		tp.t.Fatal(err)
+	}
+	sinkOut, srcOut := &syncBuffer{}, &syncBuffer{}
+	var sinkErr, srcErr bytes.Buffer
+	sink := exec.Command("ip", "netns", "exec", to.ns, exe, "-test.run=^$", "sink", to.inner+":5001")
+	sink.Env = append(os.Environ(), helperEnv+"=sink")
+	sink.Stdout, sink.Stderr = sinkOut, &sinkErr
+	if err := sink.Start(); err != nil {
+		tp.t.Fatal(err)
+	}
+	tp.mu.Lock()
+	tp.cmds = append(tp.cmds, sink)
+	tp.mu.Unlock()
+	for deadline := time.Now().Add(10 * time.Second); !strings.Contains(sinkOut.String(), "listening"); time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			tp.t.Fatalf("sink did not listen: %s", sinkErr.String())
+		}
+	}
+	src := exec.Command("ip", "netns", "exec", from.ns, exe, "-test.run=^$", "source", to.inner+":5001")
+	src.Env = append(os.Environ(), helperEnv+"=source", fmt.Sprintf("KEEL_E2E_BYTES=%d", n), fmt.Sprintf("KEEL_E2E_RATE=%d", rate))
+	src.Stdout, src.Stderr = srcOut, &srcErr
+	if err := src.Start(); err != nil {
+		tp.t.Fatal(err)
+	}
+	tp.mu.Lock()
+	tp.cmds = append(tp.cmds, src)
+	tp.mu.Unlock()
+	if during != nil {
+		during()
+	}
+	wait := func(c *exec.Cmd, what string, stderr *bytes.Buffer) {
+		done := make(chan error, 1)
+		go func() { done <- c.Wait() }()
+		select {
+		case err := <-done:
+			if err != nil {
+				tp.t.Fatalf("%s: %v: %s", what, err, stderr.String())
+			}
+		case <-time.After(60 * time.Second):
+			c.Process.Kill()
+			tp.t.Fatalf("%s: timeout", what)
+		}
+	}
+	wait(src, "source", &srcErr)
+	wait(sink, "sink", &sinkErr)
+	want := strings.TrimSpace(lastLine(srcOut.String()))
+	got := strings.TrimSpace(lastLine(sinkOut.String()))
+	if want == "" || got != want {
+		tp.t.Fatalf("TCP %s->%s: sink got %q, source sent %q", from.name, to.name, got, want)
+	}
+	if !strings.HasPrefix(got, strconv.FormatInt(n, 10)+" ") {
+		tp.t.Fatalf("TCP %s->%s: transferred %q, want %d bytes", from.name, to.name, got, n)
+	}
+}
+
+func lastLine(s string) string {
+	s = strings.TrimSpace(s)
+	if i := strings.LastIndexByte(s, '\n'); i >= 0 {
+		return s[i+1:]
+	}
+	return s
+}

@@ -1,0 +1,145 @@
+package ipsec
+
+import (
+	"fmt"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+)
+
+// fuzzConf is the receiver of FuzzInbound: one SA per transform family
+// and framing. Replay checks are off so that runs are deterministic.
+const fuzzConf = `
+add 192.0.2.1 192.0.2.2 esp 0x1001 -m tunnel -r 0 -E aes-gcm-16 0x000102030405060708090a0b0c0d0e0f10111213;
+add 192.0.2.1 192.0.2.2 esp 0x1002 -m transport -r 0 -f esn -E aes-cbc 0x000102030405060708090a0b0c0d0e0f -A hmac-sha1 0x000102030405060708090a0b0c0d0e0f10111213;
+add 192.0.2.1[4500] 192.0.2.2[4500] esp-udp 0x1003 -m tunnel -r 0 -E chacha20-poly1305 0x000102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f20212223;
+add 2001:db8::1 2001:db8::2 esp 0x1004 -m any -r 0 -E null -A hmac-sha2-256 0x000102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f;
+spdadd 192.168.1.0/24 192.168.2.0/24 any -P out ipsec esp/tunnel/192.0.2.1-192.0.2.2/require;
+spdadd 192.168.1.0/24 192.168.2.0/24 any -P in ipsec esp/tunnel/192.0.2.1-192.0.2.2/require;
+spdadd 192.0.2.1 192.0.2.2 any -P out ipsec esp/transport//require;
+spdadd 192.0.2.1 192.0.2.2 any -P in ipsec esp/transport//require;
+spdadd 192.168.3.0/24 192.168.4.0/24 any -P out ipsec esp/tunnel/192.0.2.1-192.0.2.2/require;
+spdadd 192.168.3.0/24 192.168.4.0/24 any -P in ipsec esp/tunnel/192.0.2.1-192.0.2.2/require;
+spdadd fd00:1::/64 fd00:2::/64 any -P out ipsec esp/tunnel/2001:db8::1-2001:db8::2/require;
+spdadd fd00:1::/64 fd00:2::/64 any -P in ipsec esp/tunnel/2001:db8::1-2001:db8::2/require;
+`
+
+var (
+	fuzzOnce sync.Once
+	fuzzEng  *Engine
+	fuzzPool = NewPool(0)
+)
+
+func fuzzEngine(t testing.TB) *Engine {
+	fuzzOnce.Do(func() {
+		fuzzEng = NewEngine(testFramework(t), Options{})
+		applyText(t, fuzzEng, fuzzConf)
+	})
+	return fuzzEng
+}
+
+// fuzzSeeds returns valid inputs produced by the engine itself (each a
+// frame byte and data), covering every SA and framing.
+func fuzzSeeds(t testing.TB) [][]byte {
+	e := fuzzEngine(t)
+	var seeds [][]byte
+	add := func(frame Frame, b []byte) { seeds = append(seeds, append([]byte{byte(frame)}, b...)) }
+	for i, raw := range [][]byte{
+		udpPacket(netip.MustParseAddr("192.168.1.1"), netip.MustParseAddr("192.168.2.1"), 1, 2, []byte("tunnel gcm")),
+		udpPacket(addrA, addrB, 3, 4, []byte("transport cbc esn")),
+		udpPacket(netip.MustParseAddr("192.168.3.1"), netip.MustParseAddr("192.168.4.1"), 5, 6, []byte("udp chacha")),
+		udpPacket(netip.MustParseAddr("fd00:1::1"), netip.MustParseAddr("fd00:2::1"), 7, 8, []byte("v6 null")),
+	} {
+		p := fuzzPool.Get()
+		p.SetData(raw)
+		e.Outbound([]*Packet{p})
+		if p.Verdict != VerdictForward {
+			t.Fatalf("seed %d: %v", i, p.Drop)
+		}
+		add(FrameIP, p.Data())
+		add(FrameESP, p.ESP())
+		if i == 2 {
+			add(FrameUDP, p.ESP())
+		}
+		p.Release()
+	}
+	add(FrameUDP, []byte{0xff})
+	add(FrameUDP, []byte{0, 0, 0, 0, 1})
+	add(FrameIP, nil)
+	return seeds
+}
+
+// FuzzInbound: decapsulation of arbitrary input never panics, and a
+// forwarded result is a well-formed IP packet inside the buffer.
+func FuzzInbound(f *testing.F) {
+	for _, s := range fuzzSeeds(f) {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, in []byte) {
+		e := fuzzEngine(t)
+		if len(in) == 0 {
+			return
+		}
+		p := fuzzPool.Get()
+		defer p.Release()
+		if !p.SetData(in[1:]) {
+			return
+		}
+		p.Frame = Frame(in[0] % 4)
+		p.Src = netip.AddrPortFrom(addrA, 4500)
+		p.Dst = netip.AddrPortFrom(addrB, 4500)
+		if in[0]&0x80 != 0 {
+			p.Src, p.Dst = netip.AddrPortFrom(addrA6, 0), netip.AddrPort{}
+		}
+		e.Inbound([]*Packet{p})
+		switch p.Verdict {
+		case VerdictForward:
+			if p.Drop != DropNone {
+				t.Fatalf("forwarded with drop reason %v", p.Drop)
+			}
+			h, ok := parseIP(p.Data())
+			if !ok || h.total != p.Len() {
+				t.Fatalf("forwarded a malformed packet %x", p.Data())
+			}
+		case VerdictDrop:
+			if p.Drop == DropNone || p.Drop >= NumDropReasons {
+				t.Fatalf("dropped without a reason")
+			}
+		}
+		if p.off < 0 || p.end > len(p.buf) || p.off > p.end {
+			t.Fatalf("bounds %d..%d", p.off, p.end)
+		}
+	})
+}
+
+// TestWriteFuzzCorpus regenerates testdata/fuzz/FuzzInbound when
+// KEEL_WRITE_CORPUS=1 (the committed corpus is what FuzzInbound replays
+// in every plain "go test" run).
+func TestWriteFuzzCorpus(t *testing.T) {
+	if os.Getenv("KEEL_WRITE_CORPUS") != "1" {
+		t.Skip("set KEEL_WRITE_CORPUS=1 to regenerate the seed corpus")
+	}
+	dir := filepath.Join("testdata", "fuzz", "FuzzInbound")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	seeds := fuzzSeeds(t)
+	// Truncations and bit flips of the first seed.
+	base := seeds[0]
+	for _, n := range []int{1, 10, 21, 29, 40, len(base) - 1} {
+		seeds = append(seeds, base[:n])
+	}
+	for _, i := range []int{10, 25, 30, 45, len(base) - 1} {
+		b := append([]byte(nil), base...)
+		b[i] ^= 1
+		seeds = append(seeds, b)
+	}
+	for i, s := range seeds {
+		body := fmt.Sprintf("go test fuzz v1\n[]byte(%q)\n", s)
+		if err := os.WriteFile(filepath.Join(dir, fmt.Sprintf("seed-%02d", i)), []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+}

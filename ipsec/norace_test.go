@@ -1,0 +1,5 @@
+//go:build !race
+
+package ipsec
+
+const raceEnabled = false

@@ -1,0 +1,170 @@
+package builtin
+
+import (
+	"context"
+	"io"
+	"io/fs"
+	"log/slog"
+	"net"
+	"path/filepath"
+	"strings"
+	"testing"
+	"testing/fstest"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	_ "github.com/keelinit/keel/crypto/aesni"
+	_ "github.com/keelinit/keel/crypto/cryptosoft"
+	"github.com/keelinit/keel/etc"
+	"github.com/keelinit/keel/modules"
+	"github.com/keelinit/keel/services"
+	"github.com/keelinit/keel/services/api"
+)
+
+// appliance returns the embedded default appliance with rc.conf.local
+// overrides.
+func appliance(t *testing.T, local string) fstest.MapFS {
+	t.Helper()
+	out := fstest.MapFS{}
+	err := fs.WalkDir(etc.Root(), "etc", func(p string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		b, err := fs.ReadFile(etc.Root(), p)
+		out[p] = &fstest.MapFile{Data: b}
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out["etc/rc.conf.local"] = &fstest.MapFile{Data: []byte(local)}
+	return out
+}
+
+func hasModule(name string) bool {
+	for _, m := range modules.Registered() {
+		if m.Name == name {
+			return true
+		}
+	}
+	return false
+}
+
+func TestApplianceBuiltins(t *testing.T) {
+	if !hasModule("aesni") {
+		t.Skip("aesni not registered on this CPU")
+	}
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	sys := New(Options{CalibrationBudget: 5 * time.Millisecond, Logger: log})
+	rt := t.TempDir()
+	m, err := services.New(services.Options{
+		Root: appliance(t, "kld_list=\"cryptosoft aesni\"\nsyslogd_enable=NO\npktgen_rate=500\n"), RuntimeDir: rt, Logger: log,
+		Seed:     map[string]string{"keel_runtime_dir": rt, "keel_self": "/bin/false"},
+		Builtins: sys.Builtins(), LoadModules: sys.LoadModules,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	defer sys.Close(ctx)
+	defer m.Shutdown(ctx)
+	if err := m.Boot(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range m.Status() {
+		if !s.State.Active() && s.State != services.StateDisabled {
+			t.Errorf("%s: %s %s", s.Name, s.State, s.Reason)
+		}
+	}
+	// The control API endpoints of the builtins.
+	srv := api.NewServer(m, api.Options{Group: -1, Logger: log})
+	sys.Mount(srv)
+	sock := filepath.Join(rt, "c.sock")
+	l, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	go srv.Serve(l)
+	defer srv.Close(ctx)
+	c := api.NewClient(sock)
+	waitSAs := func(provider string) IPsec {
+		t.Helper()
+		var v IPsec
+		deadline := time.Now().Add(10 * time.Second)
+		for time.Now().Before(deadline) {
+			v = IPsec{}
+			if err := c.Get(ctx, "/v1/ipsec/sa", nil, &v); err != nil {
+				t.Fatal(err)
+			}
+			ok := len(v.SAs) == 4
+			for _, sa := range v.SAs {
+				ok = ok && sa.Provider == provider && sa.OutPackets+sa.InPackets > 0
+			}
+			if ok {
+				return v
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		t.Fatalf("SAs not all on %s with traffic: %+v", provider, v.SAs)
+		return v
+	}
+	before := waitSAs("aesni")
+	// Unloading aesni moves every SA to cryptosoft live; loading it again
+	// moves them back; traffic keeps flowing.
+	var st []modules.Stat
+	if err := c.Post(ctx, "/v1/modules/unload", ModuleRequest{Name: "aesni"}, &st); err != nil {
+		t.Fatal(err)
+	}
+	waitSAs("cryptosoft")
+	if err := c.Post(ctx, "/v1/modules/load", ModuleRequest{Name: "aesni"}, &st); err != nil {
+		t.Fatal(err)
+	}
+	after := waitSAs("aesni")
+	for i := range after.SAs {
+		if after.SAs[i].Rebinds < before.SAs[i].Rebinds+2 {
+			t.Errorf("SA 0x%x rebinds %d -> %d", after.SAs[i].SPI, before.SAs[i].Rebinds, after.SAs[i].Rebinds)
+		}
+		if len(after.SAs[i].Drops) > 0 {
+			t.Errorf("SA 0x%x drops %v", after.SAs[i].SPI, after.SAs[i].Drops)
+		}
+	}
+	if err := c.Post(ctx, "/v1/modules/unload", ModuleRequest{Name: "nonexistent"}, nil); err == nil {
+		t.Error("unloading an unknown module succeeded")
+	}
+	var cv Crypto
+	if err := c.Get(ctx, "/v1/crypto", nil, &cv); err != nil || len(cv.Providers) != 2 || len(cv.Bindings) < 4 {
+		t.Errorf("crypto view %+v %v", cv, err)
+	}
+	var spdv IPsec
+	if err := c.Get(ctx, "/v1/ipsec/spd", nil, &spdv); err != nil || len(spdv.Policies) != 4 || !strings.Contains(spdv.Policies[0].Policy, "10.1.0.0/24") {
+		t.Errorf("spd view %+v %v", spdv, err)
+	}
+	// Prometheus metrics.
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(services.NewCollector(m))
+	for _, col := range sys.Collectors() {
+		reg.MustRegister(col)
+	}
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	names := map[string]bool{}
+	for _, mf := range mfs {
+		names[mf.GetName()] = true
+	}
+	for _, want := range []string{"keel_service_state", "keel_boot_duration_seconds", "keel_crypto_provider_state",
+		"keel_crypto_provider_calibrated_bytes_per_second", "keel_ipsec_sa_packets_total", "keel_ipsec_sa_bytes_total", "keel_ipsec_sa_rebinds_total"} {
+		if !names[want] {
+			t.Errorf("metric %s missing", want)
+		}
+	}
+	// Shutdown stops pktgen, ipsec, kld and cryptodev cleanly.
+	if err := m.Shutdown(ctx); err != nil {
+		t.Errorf("shutdown: %v", err)
+	}
+	if sys.Framework() != nil || sys.ips.running() {
+		t.Error("subsystems still running after shutdown")
+	}
+}
