@@ -8,6 +8,33 @@
 //
 // This file holds the contract shared by the framework, the providers and
 // the IPsec engine. It is deliberately small.
+//
+// Design notes (framework.go, binding.go):
+//
+//   - Admission: Register runs the embedded known-answer vectors (kat/)
+//     through the provider's own sessions, then measures its throughput
+//     at 64, 512 and 1420 bytes. Selection compares the 1420-byte figure;
+//     throughputs within 2% are a tie, broken by the static priority.
+//   - Data path: a Binding keeps a ring of its accepted requests in
+//     submission order. Submit takes only the binding's submit lock;
+//     completions mark requests done under the binding's completion lock,
+//     and whichever goroutine finds the ring's head done delivers the
+//     completed prefix (one deliverer at a time, so CompletionFunc calls
+//     are serialized and ordered). Nothing on this path is shared between
+//     bindings, and nothing allocates.
+//   - Rebind: a new session is created off the data path, then swapped in
+//     under the submit lock (tens of nanoseconds); the old session stops
+//     receiving requests, drains, and is closed in the background.
+//     Requests completed on either session are delivered in one order.
+//   - Faults: a StatusError completion or a request older than
+//     RequestTimeout degrades the provider and rebinds its bindings; the
+//     failed requests are resubmitted with unchanged data to the current
+//     session. A hung request is only retried after its provider released
+//     it (completed it with StatusError, normally from Session.Close), so a
+//     hung device can never write into a buffer the framework handed to
+//     someone else; if Close gives up (CloseTimeout) the request is
+//     delivered with ErrAbandoned and its buffers must not be reused, and
+//     any later completion of it is ignored (BindingStatus.Stale).
 package crypto
 
 import (
@@ -90,7 +117,10 @@ const (
 // touch a request after completing it, nor any request of a session after
 // that session's Close returns. A request completed with StatusError must
 // leave Data and ICV unmodified, so that the framework can retry it on
-// another provider.
+// another provider (with the same data: a (key, nonce) pair never sees two
+// different plaintexts). A device that may still write to memory after
+// its driver gave a request up (a hung accelerator's late DMA) must only
+// ever have been handed a bounce copy, never the caller's buffers.
 type Request struct {
 	Dir         Direction
 	Data        []byte

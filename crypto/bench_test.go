@@ -120,6 +120,7 @@ func BenchmarkSessionCreateClose(b *testing.B) {
 	done := func([]*crypto.Request) {}
 	ctx := context.Background()
 	b.ReportAllocs()
+	b.ResetTimer()
 	start := time.Now()
 	b.RunParallel(func(pb *testing.PB) {
 		for pb.Next() {

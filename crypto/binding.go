@@ -69,6 +69,7 @@ type Binding struct {
 	idle       chan struct{} // closed by the deliverer when head reaches tail
 
 	submitted, completed, retried, failed, rebinds, stale atomic.Uint64
+	maxPause                                              atomic.Int64 // ns
 }
 
 // bindingBufs are a binding's recyclable buffers.
@@ -100,7 +101,8 @@ var (
 // Bind creates a binding for p on the fastest admitted provider for
 // p.Alg (static priority breaks ties). Keys are copied; the caller may
 // zero p afterwards. done receives every accepted request exactly once, in
-// submission order; it must not block for long (it may call Submit).
+// submission order, one call at a time; it must not block for long. It may
+// call Submit, but not Close (Close waits for deliveries to finish).
 // Bind fails with an error wrapping ErrNoProvider if no admitted provider
 // supports p.Alg, and ErrClosed after Framework.Close.
 func (f *Framework) Bind(p SessionParams, done CompletionFunc) (*Binding, error) {
@@ -201,16 +203,18 @@ func (b *Binding) Status() BindingStatus {
 	closed := b.closed
 	b.smu.Unlock()
 	return BindingStatus{
-		ID:        b.id,
-		Alg:       b.alg,
-		Provider:  b.Provider(),
-		Submitted: b.submitted.Load(),
-		Completed: b.completed.Load(),
-		Retried:   b.retried.Load(),
-		Failed:    b.failed.Load(),
-		Rebinds:   b.rebinds.Load(),
-		InFlight:  int(b.tail.Load() - b.head.Load()),
-		Closed:    closed,
+		ID:           b.id,
+		Alg:          b.alg,
+		Provider:     b.Provider(),
+		Submitted:    b.submitted.Load(),
+		Completed:    b.completed.Load(),
+		Retried:      b.retried.Load(),
+		Failed:       b.failed.Load(),
+		Rebinds:      b.rebinds.Load(),
+		InFlight:     int(b.tail.Load() - b.head.Load()),
+		Closed:       closed,
+		MaxSwapPause: time.Duration(b.maxPause.Load()),
+		Stale:        b.stale.Load(),
 	}
 }
 
@@ -453,6 +457,7 @@ func (b *Binding) rebindLocked(target *provEntry) error {
 // the old one. The data path pauses only for the pointer swap. b.rmu held.
 func (b *Binding) swapLocked(w *bsess) bool {
 	b.smu.Lock()
+	t0 := time.Now()
 	if b.detached {
 		b.smu.Unlock()
 		return false
@@ -460,7 +465,24 @@ func (b *Binding) swapLocked(w *bsess) bool {
 	old := b.cur
 	b.cur = w
 	b.curp.Store(w)
+	pause := time.Since(t0)
 	b.smu.Unlock()
+	if fn := b.f.opts.OnRebind; fn != nil {
+		var from, to string
+		if old != nil {
+			from = old.prov.name()
+		}
+		if w != nil {
+			to = w.prov.name()
+		}
+		fn(b.id, b.alg, from, to)
+	}
+	for {
+		m := b.maxPause.Load()
+		if int64(pause) <= m || b.maxPause.CompareAndSwap(m, int64(pause)) {
+			break
+		}
+	}
 	if old != nil {
 		old.prov.rebindsOut.Add(1)
 		b.f.retire(old)
@@ -582,7 +604,10 @@ func (b *Binding) abandon(w *bsess) {
 func (b *Binding) check(now int64) {
 	var hung *bsess
 	b.cmu.Lock()
-	if h, t := b.head.Load(), b.tail.Load(); h < t {
+	// A Submit in progress may be processing the head request itself (a
+	// synchronous provider preempted by the OS): look again next tick.
+	// Submit never blocks by contract, so a hung device is still caught.
+	if h, t := b.head.Load(), b.tail.Load(); h < t && b.submitting.Load() == 0 {
 		if r := b.ring[h&b.mask]; r != nil && !r.fw.done && r.fw.w != nil && now-r.fw.t > int64(b.f.opts.RequestTimeout) {
 			hung = r.fw.w
 		}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"runtime"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -47,6 +48,10 @@ type Options struct {
 	// Logger receives admission, fault and rebind events. Default
 	// slog.Default(). Keys are never logged.
 	Logger *slog.Logger
+	// OnRebind, if set, is called after a binding's session moved from
+	// one provider to another ("" means unbound). It runs on the goroutine
+	// doing the rebind, must not block, and must not call Deregister.
+	OnRebind func(binding uint64, alg Algorithm, from, to string)
 }
 
 func (o *Options) setDefaults() {
@@ -147,8 +152,9 @@ type bindShard struct {
 // snapshot is the immutable selection table published on every provider
 // state change.
 type snapshot struct {
-	provs []*provEntry // all known providers, sorted by name
-	best  map[Algorithm]*provEntry
+	provs  []*provEntry // all known providers, sorted by name
+	byName map[string]*provEntry
+	best   map[Algorithm]*provEntry
 }
 
 type provEntry struct {
@@ -206,7 +212,7 @@ func New(opts Options) *Framework {
 	f.rings.New = func() any {
 		return &bindingBufs{ring: make([]*Request, depth), out: make([]*Request, 0, 64)}
 	}
-	f.snap.Store(&snapshot{best: map[Algorithm]*provEntry{}})
+	f.snap.Store(&snapshot{best: map[Algorithm]*provEntry{}, byName: map[string]*provEntry{}})
 	go f.watchdog()
 	return f
 }
@@ -305,15 +311,10 @@ func (f *Framework) Register(ctx context.Context, p Provider) error {
 	f.log.Info("crypto: provider admitted", "provider", name, "kind", info.Kind.String(), "algorithms", len(caps))
 
 	// Move bindings that the new provider serves better.
-	var moved int
-	for _, b := range f.allBindings() {
-		if _, ok := e.capSet[b.alg]; !ok {
-			continue
-		}
-		if b.maintain() {
-			moved++
-		}
-	}
+	moved := f.maintainAll(func(b *Binding) bool {
+		_, ok := e.capSet[b.alg]
+		return ok
+	})
 	if moved > 0 {
 		f.log.Info("crypto: bindings rebound", "provider", name, "count", moved)
 	}
@@ -341,11 +342,10 @@ func (f *Framework) Deregister(ctx context.Context, name string) error {
 		f.log.Info("crypto: provider unloading", "provider", name)
 	}
 	for {
-		for _, b := range f.allBindings() {
-			if w := b.curp.Load(); w != nil && w.prov == e {
-				b.maintain()
-			}
-		}
+		f.maintainAll(func(b *Binding) bool {
+			w := b.curp.Load()
+			return w != nil && w.prov == e
+		})
 		if e.sessions.Load() == 0 {
 			break
 		}
@@ -374,10 +374,7 @@ func (f *Framework) Deregister(ctx context.Context, name string) error {
 // goroutine, including from inside the provider's Submit or completion.
 // Unknown names are ignored.
 func (f *Framework) ReportFault(name string, err error) {
-	f.mu.Lock()
-	e := f.provs[name]
-	f.mu.Unlock()
-	if e != nil {
+	if e := f.snap.Load().byName[name]; e != nil {
 		f.fault(e, err)
 	}
 }
@@ -391,12 +388,14 @@ func (f *Framework) fault(e *provEntry, err error) {
 	e.faultMu.Lock()
 	e.lastFault = msg
 	e.faultMu.Unlock()
-	if e.state.CompareAndSwap(stOK, stDegraded) {
-		f.mu.Lock()
-		f.publishLocked()
-		f.mu.Unlock()
-		f.log.Warn("crypto: provider degraded", "provider", e.name(), "error", msg)
+	if !e.state.CompareAndSwap(stOK, stDegraded) {
+		// Already degraded (or leaving): its bindings were kicked then.
+		return
 	}
+	f.mu.Lock()
+	f.publishLocked()
+	f.mu.Unlock()
+	f.log.Warn("crypto: provider degraded", "provider", e.name(), "error", msg)
 	for _, b := range f.allBindings() {
 		if w := b.curp.Load(); w != nil && w.prov == e {
 			b.kick()
@@ -406,9 +405,10 @@ func (f *Framework) fault(e *provEntry, err error) {
 
 // publishLocked rebuilds the selection snapshot. f.mu must be held.
 func (f *Framework) publishLocked() {
-	s := &snapshot{best: map[Algorithm]*provEntry{}}
-	for _, e := range f.provs {
+	s := &snapshot{best: map[Algorithm]*provEntry{}, byName: make(map[string]*provEntry, len(f.provs))}
+	for n, e := range f.provs {
 		s.provs = append(s.provs, e)
+		s.byName[n] = e
 	}
 	slices.SortFunc(s.provs, func(a, b *provEntry) int { return cmp.Compare(a.name(), b.name()) })
 	for _, e := range s.provs {
@@ -470,6 +470,36 @@ func (f *Framework) shouldMove(cur, target *provEntry, alg Algorithm) bool {
 	return target.state.Load() == stOK && target.score(alg) > cur.score(alg)*(1+f.opts.Hysteresis)
 }
 
+// maintainAll runs maintain on every binding selected by want, with a few
+// workers (session creation may be a device round trip), and returns how
+// many bindings moved.
+func (f *Framework) maintainAll(want func(*Binding) bool) int {
+	var todo []*Binding
+	for _, b := range f.allBindings() {
+		if want(b) {
+			todo = append(todo, b)
+		}
+	}
+	var (
+		next, moved atomic.Int64
+		wg          sync.WaitGroup
+	)
+	workers := min(len(todo), max(2, runtime.GOMAXPROCS(0)))
+	for range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := next.Add(1) - 1; i < int64(len(todo)); i = next.Add(1) - 1 {
+				if todo[i].maintain() {
+					moved.Add(1)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	return int(moved.Load())
+}
+
 func (f *Framework) allBindings() []*Binding {
 	var out []*Binding
 	for i := range f.shards {
@@ -480,7 +510,6 @@ func (f *Framework) allBindings() []*Binding {
 		}
 		sh.mu.Unlock()
 	}
-	slices.SortFunc(out, func(a, b *Binding) int { return cmp.Compare(a.id, b.id) })
 	return out
 }
 
@@ -535,6 +564,7 @@ func cloneMap(m map[string]string) map[string]string {
 // Bindings returns a status snapshot of every open binding, by ID.
 func (f *Framework) Bindings() []BindingStatus {
 	bs := f.allBindings()
+	slices.SortFunc(bs, func(a, b *Binding) int { return cmp.Compare(a.id, b.id) })
 	out := make([]BindingStatus, 0, len(bs))
 	for _, b := range bs {
 		out = append(out, b.Status())

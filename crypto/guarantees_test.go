@@ -131,7 +131,10 @@ func TestOrderedExactlyOnce(t *testing.T) {
 // registers mid-stream; the binding moves without loss, duplication or
 // reordering, and the old session drains before it is closed.
 func TestLiveRebindFasterProvider(t *testing.T) {
-	fw := newFW(t, crypto.Options{})
+	var events atomic.Value
+	fw := newFW(t, crypto.Options{OnRebind: func(id uint64, alg crypto.Algorithm, from, to string) {
+		events.Store(fmt.Sprintf("%v %s->%s", alg, from, to))
+	}})
 	slow := newFake("slow", 2)
 	slow.delay.Store(int64(20 * time.Microsecond))
 	mustRegister(t, fw, slow)
@@ -149,8 +152,11 @@ func TestLiveRebindFasterProvider(t *testing.T) {
 		t.Fatalf("binding on %q after aesni registered", tr.b.Provider())
 	}
 	st := tr.b.Status()
-	if st.Rebinds != 1 || st.Failed != 0 || st.Retried != 0 {
+	if st.Rebinds != 1 || st.Failed != 0 || st.Retried != 0 || st.MaxSwapPause <= 0 {
 		t.Fatalf("status %+v", st)
+	}
+	if ev, _ := events.Load().(string); ev != "aes-gcm-16-128 slow->aesni" {
+		t.Fatalf("OnRebind saw %q", ev)
 	}
 	if n := slow.closeBusy.Load(); n != 0 {
 		t.Fatalf("%d sessions closed with requests in flight", n)
@@ -392,6 +398,9 @@ func TestHungWithoutRelease(t *testing.T) {
 	time.Sleep(10 * time.Millisecond)
 	if c.count() != 5 || c.dups != 0 {
 		t.Fatalf("after late write-back: %d delivered, %d dups", c.count(), c.dups)
+	}
+	if st := bd.Status(); st.Stale != 5 || st.Failed != 5 {
+		t.Fatalf("status %+v, want 5 stale and 5 failed", st)
 	}
 	if bd.Provider() != "b" {
 		t.Fatalf("binding on %q", bd.Provider())

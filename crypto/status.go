@@ -1,5 +1,7 @@
 package crypto
 
+import "time"
+
 // ProviderState is a provider's admission state.
 type ProviderState string
 
@@ -10,8 +12,9 @@ const (
 	// StateQuarantined: a self-test or calibration failed; never bound.
 	StateQuarantined ProviderState = "quarantined"
 	// StateDegraded: the provider faulted (an error or a timeout) after
-	// admission; bindings were moved away and it is not bound again until
-	// it is registered anew.
+	// admission; bindings were moved away. It is selected only when no
+	// provider in state ok supports the algorithm, and returns to ok only
+	// by being deregistered and registered anew.
 	StateDegraded ProviderState = "degraded"
 	// StateUnloading: Deregister is migrating its bindings away.
 	StateUnloading ProviderState = "unloading"
@@ -85,4 +88,11 @@ type BindingStatus struct {
 	InFlight int
 	// Closed is true after Close started.
 	Closed bool
+	// MaxSwapPause is the longest time a session swap (rebind) held
+	// Submit off this binding: the traffic stop a rebind causes.
+	MaxSwapPause time.Duration
+	// Stale counts completions ignored because their attempt was no longer
+	// current: duplicates, or a hung provider's late write-back after the
+	// request was abandoned.
+	Stale uint64
 }

@@ -43,11 +43,13 @@ type topo struct {
 	// With ethtool the veths segment in software instead (the production
 	// send path stays); without it the gateways send without GSO.
 	udpGSO string
-	t      *testing.T
-	dir    string
-	a, b   *side
-	mu     sync.Mutex
-	cmds   []*exec.Cmd
+	// encap is the gateways' ipsec_encap: "udp" (default) or "esp".
+	encap string
+	t     *testing.T
+	dir   string
+	a, b  *side
+	mu    sync.Mutex
+	cmds  []*exec.Cmd
 }
 
 // requireTools skips unless root with the tools the tests use.
@@ -87,7 +89,7 @@ func newTopo(t *testing.T) *topo {
 	id := fmt.Sprintf("%d%d", os.Getpid()%100000, time.Now().UnixNano()%1000)
 	tp := &topo{t: t, dir: t.TempDir()}
 	kab, kba := randHex(t, 20), randHex(t, 20)
-	tp.udpGSO = "YES"
+	tp.udpGSO, tp.encap = "YES", "udp"
 	tp.a = &side{name: "A", ns: "keele2eA" + id, outer: outerA, inner: innerA, peer: outerB, peerIn: innerB,
 		outKey: kab, inKey: kba, outSPI: spiAB, inSPI: spiBA}
 	tp.b = &side{name: "B", ns: "keele2eB" + id, outer: outerB, inner: innerB, peer: outerA, peerIn: innerA,
@@ -191,13 +193,17 @@ func (s *syncBuffer) String() string { s.mu.Lock(); defer s.mu.Unlock(); return 
 // waits until it is up.
 func (tp *topo) startGateway(s *side, kld string) {
 	tp.t.Helper()
+	proto := "esp-udp"
+	if tp.encap == "esp" {
+		proto = "esp"
+	}
 	conf := fmt.Sprintf(`flush;
 spdflush;
-add %[1]s %[2]s esp-udp %[5]d -m tunnel -r 512 -E aes-gcm-16 %[7]s;
-add %[2]s %[1]s esp-udp %[6]d -m tunnel -r 512 -E aes-gcm-16 %[8]s;
+add %[1]s %[2]s %[9]s %[5]d -m tunnel -r 512 -E aes-gcm-16 %[7]s;
+add %[2]s %[1]s %[9]s %[6]d -m tunnel -r 512 -E aes-gcm-16 %[8]s;
 spdadd %[3]s %[4]s any -P out ipsec esp/tunnel/%[1]s-%[2]s/require;
 spdadd %[4]s %[3]s any -P in ipsec esp/tunnel/%[2]s-%[1]s/require;
-`, s.outer, s.peer, s.inner, s.peerIn, s.outSPI, s.inSPI, s.outKey, s.inKey)
+`, s.outer, s.peer, s.inner, s.peerIn, s.outSPI, s.inSPI, s.outKey, s.inKey, proto)
 	file := filepath.Join(tp.dir, "ipsec"+s.name+".conf")
 	if err := os.WriteFile(file, []byte(conf), 0o600); err != nil {
 		tp.t.Fatal(err)
@@ -207,7 +213,7 @@ spdadd %[4]s %[3]s any -P in ipsec esp/tunnel/%[2]s-%[1]s/require;
 	logb := &syncBuffer{}
 	c := tp.start(s, logb, logb, nil, gwBin, "-ctl", s.ctl, "-pidfile", pid,
 		"ipsec_file="+file, "kld_list="+kld, "ipsec_tun=keel0", "ipsec_local="+s.outer,
-		"ipsec_peer="+s.peer, "ipsec_encap=udp", "ipsec_tun_addr="+s.inner+"/24", "ipsec_tun_mtu=1420", "ipsec_udp_gso="+tp.udpGSO)
+		"ipsec_peer="+s.peer, "ipsec_encap="+tp.encap, "ipsec_tun_addr="+s.inner+"/24", "ipsec_tun_mtu=1420", "ipsec_udp_gso="+tp.udpGSO)
 	for deadline := time.Now().Add(15 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
 		if b, err := os.ReadFile(pid); err == nil && len(b) > 0 {
 			return
@@ -272,6 +278,17 @@ func (tp *topo) capture(s *side, snaplen int) *capture {
 	cp.cmd = exec.Command("ip", "netns", "exec", s.ns, "tcpdump", "-i", "v"+s.name, "-n", "-U", "-B", "16384",
 		"-s", strconv.Itoa(snaplen), "-w", cp.file, "ip")
 	cp.cmd.Stderr = cp.stderr
+	if keep := os.Getenv("KEEL_E2E_KEEP"); keep != "" {
+		// Keep the capture of a failed test for inspection.
+		tp.t.Cleanup(func() {
+			if tp.t.Failed() {
+				if b, err := os.ReadFile(cp.file); err == nil {
+					name := strings.NewReplacer("/", "_", " ", "_").Replace(tp.t.Name())
+					os.WriteFile(filepath.Join(keep, name+"-"+s.name+".pcap"), b, 0o600)
+				}
+			}
+		})
+	}
 	if err := cp.cmd.Start(); err != nil {
 		tp.t.Fatal(err)
 	}

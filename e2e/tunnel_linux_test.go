@@ -17,8 +17,15 @@ func espSA(src, dst string, spi int, key string) string {
 // tunnel; a capture on the veth shows only ESP in UDP/4500, and tshark
 // decrypts every packet with the SA keys and finds its ICV good.
 func TestTunnel(t *testing.T) {
+	for _, encap := range []string{"udp", "esp"} {
+		t.Run(encap, func(t *testing.T) { testTunnel(t, encap) })
+	}
+}
+
+func testTunnel(t *testing.T, encap string) {
 	requireTools(t, "ping", "tcpdump", "tshark")
 	tp := newTopo(t)
+	tp.encap = encap
 	tp.startGateway(tp.a, "cryptosoft aesni")
 	tp.startGateway(tp.b, "cryptosoft aesni")
 	cp := tp.capture(tp.a, 65535)
@@ -31,14 +38,19 @@ func TestTunnel(t *testing.T) {
 		t.Logf("tcpdump: %d packets dropped by the kernel", d)
 	}
 
-	// Only ESP in UDP/4500 on the wire: no plaintext TCP, ICMP or UDP.
+	// Only ESP (in UDP/4500, or IP protocol 50) on the wire: no plaintext
+	// TCP, ICMP or UDP.
 	all := tp.tshark(cp.file, "-T", "fields", "-e", "frame.number")
-	notESP := tp.tshark(cp.file, "-Y", "!(udp.port == 4500 && esp)", "-T", "fields", "-e", "frame.number", "-e", "_ws.col.Protocol", "-e", "_ws.col.Info")
+	wire := "udp.port == 4500 && esp"
+	if encap == "esp" {
+		wire = "ip.proto == 50 && esp"
+	}
+	notESP := tp.tshark(cp.file, "-Y", "!("+wire+")", "-T", "fields", "-e", "frame.number", "-e", "_ws.col.Protocol", "-e", "_ws.col.Info")
 	if len(all) < 1000 {
 		t.Fatalf("capture has only %d packets", len(all))
 	}
 	if len(notESP) != 0 {
-		t.Fatalf("%d of %d captured IPv4 packets are not ESP-in-UDP, first: %q", len(notESP), len(all), notESP[0])
+		t.Fatalf("%d of %d captured IPv4 packets are not %s, first: %q", len(notESP), len(all), wire, notESP[0])
 	}
 
 	// tshark decrypts with the SA keys: every ICV good, inner traffic is

@@ -62,7 +62,9 @@ func dropEngine(t *testing.T, window int) (*Engine, *sa) {
 // dropped under its own reason (and that good packets pass).
 func TestInboundDrops(t *testing.T) {
 	inner := udpPacket(innerA, innerB, 1, 2, []byte("hello"))
-	good := func(seq uint32) []byte { return ipv4(addrA, addrB, protoESP, sealGCM(spiTest, seq, trailer(inner, protoIPIP))) }
+	good := func(seq uint32) []byte {
+		return ipv4(addrA, addrB, protoESP, sealGCM(spiTest, seq, trailer(inner, protoIPIP)))
+	}
 	corrupt := func(b []byte, i int) []byte { b = append([]byte(nil), b...); b[i] ^= 0x40; return b }
 	badPad := trailer(inner, protoIPIP)
 	badPad = append(badPad[:len(badPad)-2], 9, protoIPIP) // pad length beyond the default bytes

@@ -205,8 +205,11 @@ func (e *Engine) wait(b *batch) {
 	e.batches.Put(b)
 }
 
-func (b *batch) finishOne() {
-	if b.pending.Add(-1) == 0 {
+func (b *batch) finishOne() { b.finish(1) }
+
+// finish records k completed requests; the last one wakes the waiter.
+func (b *batch) finish(k int64) {
+	if b.pending.Add(-k) == 0 {
 		b.done <- struct{}{}
 	}
 }
@@ -282,21 +285,33 @@ func (e *Engine) completer(s *sa) crypto.CompletionFunc {
 				s.mu.Unlock()
 			}
 		}
-		// Pass 2: finish each packet.
+		// Pass 2: finish each packet; release each batch's waiter once
+		// per run of its packets.
 		var inN, inB, outN, outB int
+		var cur *batch
+		var pc polCache
+		k := int64(0)
 		for _, r := range done {
 			p := r.User.(*Packet)
-			b := p.b
+			if b := p.b; b != cur {
+				if cur != nil {
+					cur.finish(k)
+				}
+				cur, k = b, 0
+			}
 			if r.Dir == crypto.Encrypt {
 				if e.finishOut(p, s, r) {
 					outN++
 					outB += p.Len()
 				}
-			} else if e.finishIn(p, s, r) {
+			} else if e.finishIn(p, s, r, &pc) {
 				inN++
 				inB += p.bytes
 			}
-			b.finishOne()
+			k++
+		}
+		if cur != nil {
+			cur.finish(k)
 		}
 		if outN > 0 {
 			e.outPkts.Add(uint64(outN))

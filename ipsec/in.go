@@ -217,13 +217,7 @@ func (e *Engine) flushIn(b *batch, s *sa) {
 		esp := p.buf[p.espoff:p.end]
 		n := len(esp)
 		r := &p.req
-		r.Reset()
-		r.Dir = crypto.Decrypt
-		if s.ivLen > 0 {
-			r.IV = esp[8 : 8+s.ivLen]
-		}
-		r.Data = esp[8+s.ivLen : n-s.icvLen]
-		r.ICV = esp[n-s.icvLen : n]
+		setReq(r, p, crypto.Decrypt, esp[8+s.ivLen:n-s.icvLen], esp[n-s.icvLen:n], esp[8:8+s.ivLen])
 		if s.cfg.ESN {
 			if s.aead {
 				put32(p.aad[0:], s.cfg.SPI)
@@ -237,7 +231,6 @@ func (e *Engine) flushIn(b *batch, s *sa) {
 		} else {
 			r.AAD = esp[:8]
 		}
-		r.User = p
 		reqs = append(reqs, r)
 	}
 	e.submit(b, s, reqs)
@@ -250,7 +243,7 @@ func (e *Engine) flushIn(b *batch, s *sa) {
 // finishIn completes an inbound packet after the crypto. The replay
 // window was already updated (pass 1 of the completer), which set Drop to
 // DropReplay for a packet that lost a race with its duplicate.
-func (e *Engine) finishIn(p *Packet, s *sa, r *crypto.Request) bool {
+func (e *Engine) finishIn(p *Packet, s *sa, r *crypto.Request, pc *polCache) bool {
 	switch r.Status {
 	case crypto.StatusOK:
 	case crypto.StatusAuthFailed:
@@ -350,15 +343,40 @@ func (e *Engine) finishIn(p *Packet, s *sa, r *crypto.Request) bool {
 	p.tunnel = tunnel
 	p.bytes = p.end - p.off
 	// RFC 4301 section 5.2 step 4: the decapsulated packet must match an
-	// inbound policy that calls for this SA.
-	f := flowOf(buf[p.off:p.end], &h)
+	// inbound policy that calls for this SA. Consecutive packets of one
+	// flow in a completion batch share the decision.
+	d := buf[p.off:p.end]
+	var k0, k1 uint64
+	simple := !h.v6 && h.hlen == 20 && !h.frag && h.total >= 24
+	if simple {
+		k0, k1 = key4(d)
+		if pc.valid && pc.tunnel == tunnel && pc.k0 == k0 && pc.k1 == k1 {
+			if !pc.ok {
+				e.drop(p, s, DropPolicy)
+				return false
+			}
+			p.Verdict = VerdictForward
+			return true
+		}
+	}
+	f := flowOf(d, &h)
 	pol, ok := e.spd.Lookup(spd.DirIn, f)
-	if !ok || !policyAllows(pol, s, tunnel) {
+	ok = ok && policyAllows(pol, s, tunnel)
+	*pc = polCache{valid: simple, tunnel: tunnel, k0: k0, k1: k1, ok: ok}
+	if !ok {
 		e.drop(p, s, DropPolicy)
 		return false
 	}
 	p.Verdict = VerdictForward
 	return true
+}
+
+// polCache remembers the inbound policy decision for the last simple
+// IPv4 flow within one completion batch of one SA (the SPD cannot change
+// the SA's decision mid-batch in a way a batch boundary would not).
+type polCache struct {
+	valid, tunnel, ok bool
+	k0, k1            uint64
 }
 
 // policyAllows reports whether inbound policy pol accepts traffic that

@@ -34,6 +34,10 @@ func (e *Engine) Outbound(pkts []*Packet) {
 	tab := e.sad.Load()
 	var (
 		lastFlow  spd.Flow
+		lastH     ipHeader
+		lastK0    uint64
+		lastK1    uint64
+		haveKey   bool
 		lastPol   *spd.Policy
 		havePol   bool
 		lastPair  [2]netip.Addr
@@ -46,21 +50,41 @@ func (e *Engine) Outbound(pkts []*Packet) {
 		p.l4off, p.espoff = 0, 0
 		p.b, p.sa = b, nil
 		d := p.buf[p.off:p.end]
-		h, ok := parseIP(d)
-		if !ok {
-			e.drop(p, nil, DropMalformed)
-			continue
+		var h ipHeader
+		fast := false
+		if haveKey && len(d) >= 24 && d[0] == 0x45 {
+			// Same 5-tuple bytes as the previous simple IPv4 packet of
+			// this batch: reuse its parse, flow and policy.
+			k0, k1 := key4(d)
+			tot := int(binary.BigEndian.Uint16(d[2:]))
+			if k0 == lastK0 && k1 == lastK1 && binary.BigEndian.Uint16(d[6:])&0x3fff == 0 && tot >= 24 && tot <= len(d) {
+				h, fast = lastH, true
+				h.total, h.tclass = tot, d[1]
+			}
+		}
+		if !fast {
+			var ok bool
+			h, ok = parseIP(d)
+			if !ok {
+				e.drop(p, nil, DropMalformed)
+				continue
+			}
+			f := flowOf(d[:h.total], &h)
+			if !havePol || f != lastFlow {
+				lastPol, havePol = nil, true
+				if pol, ok := e.spd.Lookup(spd.DirOut, f); ok {
+					lastPol = pol
+				}
+				lastFlow = f
+			}
+			haveKey = false
+			if !h.v6 && h.hlen == 20 && !h.frag && h.total >= 24 {
+				lastK0, lastK1 = key4(d)
+				lastH, haveKey = h, true
+			}
 		}
 		p.end = p.off + h.total
 		d = d[:h.total]
-		f := flowOf(d, &h)
-		if !havePol || f != lastFlow {
-			lastPol, havePol = nil, true
-			if pol, ok := e.spd.Lookup(spd.DirOut, f); ok {
-				lastPol = pol
-			}
-			lastFlow = f
-		}
 		pol := lastPol
 		if pol == nil {
 			e.drop(p, nil, DropNoPolicy)
@@ -176,7 +200,7 @@ func (e *Engine) encap(p *Packet, s *sa, h *ipHeader, tunnel bool) DropReason {
 		l3, nhOff = h.hlen, h.nhOff
 	}
 	plen := p.end - payloadOff
-	pad := (s.block - (plen+2)%s.block) % s.block
+	pad := -(plen + 2) & (s.block - 1) // block is a power of two
 	ctEnd := p.end + pad + 2
 	tailEnd := ctEnd + s.icvLen
 	if tailEnd > len(buf) {
@@ -202,10 +226,17 @@ func (e *Engine) encap(p *Packet, s *sa, h *ipHeader, tunnel bool) DropReason {
 		proto = protoUDP
 	}
 	if tunnel {
+		// Copy the SA's header template; setSeq adds ID and checksum.
 		if outerV6 {
-			putIPv6(buf[start:], h.tclass, total-40, proto, s.cfg.Src.Addr(), s.cfg.Dst.Addr())
+			o := buf[start : start+40]
+			copy(o, s.hdr6[:])
+			o[0], o[1] = 0x60|h.tclass>>4, h.tclass<<4
+			binary.BigEndian.PutUint16(o[4:], uint16(total-40))
 		} else {
-			putIPv4(buf[start:], h.tclass, total, 0, proto, s.cfg.Src.Addr(), s.cfg.Dst.Addr())
+			o := buf[start : start+20]
+			copy(o, s.hdr4[:])
+			o[1] = h.tclass
+			binary.BigEndian.PutUint16(o[2:], uint16(total))
 		}
 	} else {
 		copy(buf[start:start+l3], buf[p.off:p.off+l3])
@@ -237,14 +268,7 @@ func (e *Engine) encap(p *Packet, s *sa, h *ipHeader, tunnel bool) DropReason {
 		p.bytes = p.end - p.off
 	}
 	r := &p.req
-	r.Reset()
-	r.Dir = crypto.Encrypt
-	r.Data = buf[espOff+8+s.ivLen : ctEnd]
-	r.ICV = buf[ctEnd:tailEnd]
-	if s.ivLen > 0 {
-		r.IV = iv
-	}
-	r.User = p
+	setReq(r, p, crypto.Encrypt, buf[espOff+8+s.ivLen:ctEnd], buf[ctEnd:tailEnd], iv)
 	p.sa = s
 	p.off, p.end = start, tailEnd
 	p.l3len, p.l4off, p.espoff, p.v6 = l3, start+l3, espOff, outerV6
@@ -283,9 +307,17 @@ func (e *Engine) setSeq(p *Packet, s *sa, seq uint64) {
 	if !p.v6 {
 		h := buf[p.off : p.off+p.l3len]
 		if p.tunnel {
-			binary.BigEndian.PutUint16(h[4:], uint16(seq))
+			// Incremental checksum over the template's constant fields
+			// plus TOS, total length and ID (= low 16 bits of seq).
+			id := uint16(seq)
+			binary.BigEndian.PutUint16(h[4:], id)
+			sum := s.hdr4Sum + uint32(h[1]) + uint32(binary.BigEndian.Uint16(h[2:])) + uint32(id)
+			sum = sum&0xffff + sum>>16
+			sum = sum&0xffff + sum>>16
+			binary.BigEndian.PutUint16(h[10:], ^uint16(sum))
+		} else {
+			ipv4HeaderChecksum(h)
 		}
-		ipv4HeaderChecksum(h)
 	}
 	p.SPI, p.Seq = s.cfg.SPI, seq
 }
@@ -306,4 +338,28 @@ func (e *Engine) finishOut(p *Packet, s *sa, r *crypto.Request) bool {
 	}
 	p.Verdict = VerdictForward
 	return true
+}
+
+// key4 returns the bytes a simple IPv4 packet's flow depends on: the
+// addresses, and the protocol with the first 4 upper-layer bytes (ports,
+// or ICMP type and code).
+func key4(d []byte) (uint64, uint64) {
+	return binary.LittleEndian.Uint64(d[12:20]), uint64(d[9]) | uint64(binary.LittleEndian.Uint32(d[20:24]))<<8
+}
+
+// setReq prepares p's request field by field: the framework leaves its
+// bookkeeping zero on delivery, and a whole-struct store (with write
+// barriers for every pointer) costs more than the fields. AAD and
+// AuthTrailer are set by the caller.
+func setReq(r *crypto.Request, p *Packet, dir crypto.Direction, data, icv, iv []byte) {
+	r.Dir, r.Status, r.Err = dir, crypto.StatusPending, nil
+	r.Data, r.ICV, r.AuthTrailer = data, icv, nil
+	if len(iv) > 0 {
+		r.IV = iv
+	} else {
+		r.IV = nil
+	}
+	if u, _ := r.User.(*Packet); u != p {
+		r.User = p
+	}
 }

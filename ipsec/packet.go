@@ -132,7 +132,6 @@ func (p *Packet) Reset() {
 	p.Verdict, p.Drop, p.SPI, p.Seq = VerdictDrop, DropNone, 0, 0
 	p.l4off, p.espoff, p.l3len, p.v6, p.tunnel, p.nhoff = 0, 0, 0, false, false, 0
 	p.sa, p.b, p.bytes = nil, nil, 0
-	p.req.Reset()
 }
 
 // ReadBuffer returns the space a reader may fill (after the headroom, up

@@ -37,16 +37,16 @@ var transforms = []transform{
 
 // topology is a pair of gateways A and B with protected networks LA, LB.
 type topology struct {
-	a, b     netip.Addr
-	la, lb   netip.Prefix
-	hostA    netip.Addr // an address in la (tunnel) or a itself (transport)
-	hostB    netip.Addr
-	udp      bool
-	tunnel   bool
-	esnFlag  string
-	window   string
-	xform    transform
-	innerV6  bool
+	a, b    netip.Addr
+	la, lb  netip.Prefix
+	hostA   netip.Addr // an address in la (tunnel) or a itself (transport)
+	hostB   netip.Addr
+	udp     bool
+	tunnel  bool
+	esnFlag string
+	window  string
+	xform   transform
+	innerV6 bool
 }
 
 func (tp topology) ep(a netip.Addr) string {

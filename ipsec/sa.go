@@ -75,6 +75,12 @@ type sa struct {
 	mu  sync.Mutex
 	win *replay.Window // nil without replay protection or ESN
 
+	// Outer header templates for tunnel mode (addresses, protocol, TTL),
+	// with the IPv4 checksum's partial sum of the constant fields.
+	hdr4    [20]byte
+	hdr4Sum uint32
+	hdr6    [40]byte
+
 	closeOnce sync.Once
 }
 
@@ -121,6 +127,19 @@ func newSA(c saConfig, fpKey []byte, now time.Time) (*sa, error) {
 		if s.cfg.Dst.Port() == 0 {
 			s.cfg.Dst = netip.AddrPortFrom(s.cfg.Dst.Addr(), NATTPort)
 		}
+	}
+	proto := uint8(protoESP)
+	if s.cfg.Proto == setkey.ProtoESPUDP {
+		proto = protoUDP
+	}
+	if s.cfg.Dst.Addr().Is4() {
+		putIPv4(s.hdr4[:], 0, 0, 0, proto, s.cfg.Src.Addr(), s.cfg.Dst.Addr())
+		s.hdr4[10], s.hdr4[11] = 0, 0
+		for i := 0; i < 20; i += 2 {
+			s.hdr4Sum += uint32(s.hdr4[i])<<8 | uint32(s.hdr4[i+1])
+		}
+	} else if s.cfg.Dst.Addr().Is6() {
+		putIPv6(s.hdr6[:], 0, 0, proto, s.cfg.Src.Addr(), s.cfg.Dst.Addr())
 	}
 	space := uint64(1<<32 - 1)
 	if c.ESN {

@@ -1,8 +1,8 @@
 package ipsec
 
 import (
-	"context"
 	"bytes"
+	"context"
 	"crypto/hmac"
 	"crypto/sha1"
 	"encoding/binary"

@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -350,8 +351,9 @@ func (m *Manager) stopLocked(ctx context.Context, name string, seen map[string]b
 	return errors.Join(errs...)
 }
 
-// Restart stops then starts a service (its dependents stay up when it is
-// a daemon or builtin restarted in place).
+// Restart stops then starts a service. Active builtins that require it
+// (which hold in-process references to it) are restarted with it; other
+// dependents stay up.
 func (m *Manager) Restart(ctx context.Context, name string) error {
 	m.opMu.Lock()
 	defer m.opMu.Unlock()
@@ -359,10 +361,22 @@ func (m *Manager) Restart(ctx context.Context, name string) error {
 	if err != nil {
 		return err
 	}
+	deps := m.builtinDependents(m.Catalog(), name)
+	for i := len(deps) - 1; i >= 0; i-- {
+		if du, err := m.unit(deps[i]); err == nil {
+			_ = du.stop(ctx)
+		}
+	}
 	if err := u.stop(ctx); err != nil {
 		u.logf(slog.LevelWarn, "restart: %v", err)
 	}
-	return m.startLocked(ctx, name, map[string]bool{})
+	err = m.startLocked(ctx, name, map[string]bool{})
+	for _, dn := range deps {
+		if err == nil {
+			err = m.startLocked(ctx, dn, map[string]bool{})
+		}
+	}
+	return err
 }
 
 // ReloadService asks a running service to reload: a Reloader builtin
@@ -384,9 +398,9 @@ func (m *Manager) ReloadService(ctx context.Context, name string) error {
 		u.logf(slog.LevelInfo, "reload: sending SIGHUP to %d", p.pid)
 		return killGroup(p.pid, 1)
 	case d.Type == TypeBuiltin && b != nil:
-		if r, ok := b.(Reloader); ok {
+		if _, ok := b.(Reloader); ok {
 			u.logf(slog.LevelInfo, "reload")
-			return r.Reload(ctx, u.env(d))
+			return u.reload(ctx)
 		}
 	case d.Type == TypeScript:
 		return u.runAux(ctx, d, "reload", append(d.Argv(), "reload"))
@@ -397,15 +411,53 @@ func (m *Manager) ReloadService(ctx context.Context, name string) error {
 // ReloadResult says what a configuration reload changed.
 type ReloadResult struct {
 	Restarted []string `json:"restarted,omitempty"`
+	Reloaded  []string `json:"reloaded,omitempty"` // builtins that applied the change in place
 	Started   []string `json:"started,omitempty"`
 	Stopped   []string `json:"stopped,omitempty"`
 	Unchanged int      `json:"unchanged"`
 }
 
+// builtinDependents returns the active builtin services that require
+// name, transitively, in boot order. Builtins hold in-process references to
+// what they require (the crypto framework, the IPsec engine), so they are
+// restarted with it.
+func (m *Manager) builtinDependents(cat *Catalog, name string) []string {
+	i, ok := cat.Lookup(name)
+	if !ok {
+		return nil
+	}
+	want := map[int]bool{}
+	queue := []int{i}
+	for len(queue) > 0 {
+		x := queue[0]
+		queue = queue[1:]
+		for _, j := range cat.RequiredBy(x) {
+			d := cat.Defs[j]
+			if want[j] || d.Type != TypeBuiltin {
+				continue
+			}
+			if u, err := m.unit(d.Name); err != nil || !u.active() {
+				continue
+			}
+			want[j] = true
+			queue = append(queue, j)
+		}
+	}
+	var out []string
+	for _, j := range cat.Order {
+		if want[j] {
+			out = append(out, cat.Defs[j].Name)
+		}
+	}
+	return out
+}
+
 // Reload re-evaluates rc.conf and rc.d. Services whose effective settings
-// changed are restarted, newly enabled ones started, disabled or removed
-// ones stopped; the others are left alone. On an rc.conf error nothing
-// changes and the error is returned.
+// changed are restarted (a running builtin that implements Reloader applies
+// the change in place instead), newly enabled ones started, disabled or
+// removed ones stopped; the others are left alone, except active builtins
+// that require a restarted service, which are restarted with it. On an
+// rc.conf error nothing changes and the error is returned.
 func (m *Manager) Reload(ctx context.Context) (ReloadResult, error) {
 	m.opMu.Lock()
 	defer m.opMu.Unlock()
@@ -422,24 +474,33 @@ func (m *Manager) Reload(ctx context.Context) (ReloadResult, error) {
 		u      *unit
 		def    *Definition
 		wasUp  bool
-		action string
+		reload bool // apply in place with Reloader
 	}
-	var changes []change
+	changes := map[string]*change{}
 	m.mu.Lock()
-	for _, d := range newCat.Defs {
+	for _, i := range newCat.Order {
+		d := newCat.Defs[i]
 		u, ok := m.units[d.Name]
 		if !ok {
 			u = &unit{m: m, name: d.Name, def: d, state: StateInactive}
 			m.units[d.Name] = u
-			changes = append(changes, change{u: u, def: d, action: "start"})
+			changes[d.Name] = &change{u: u, def: d}
 			continue
 		}
 		od := u.def
-		if od.Fingerprint() == d.Fingerprint() && od.Enabled == d.Enabled && errors.Is(od.Err, d.Err) && (od.Err == nil) == (d.Err == nil) {
+		if od.Fingerprint() == d.Fingerprint() && od.Enabled == d.Enabled && (od.Err == nil) == (d.Err == nil) &&
+			(od.Err == nil || od.Err.Error() == d.Err.Error()) {
 			res.Unchanged++
 			continue
 		}
-		changes = append(changes, change{u: u, def: d, wasUp: u.state.Active() || u.state == StateStarting, action: "restart"})
+		u.mu.Lock()
+		st, b := u.state, u.builtin
+		u.mu.Unlock()
+		c := &change{u: u, def: d, wasUp: st.Active() || st == StateStarting}
+		if _, ok := b.(Reloader); ok && c.wasUp && d.Enabled && d.Err == nil && d.Type == TypeBuiltin && od.Type == TypeBuiltin {
+			c.reload = true
+		}
+		changes[d.Name] = c
 	}
 	var removed []*unit
 	for _, d := range old.Defs {
@@ -448,6 +509,28 @@ func (m *Manager) Reload(ctx context.Context) (ReloadResult, error) {
 		}
 	}
 	m.mu.Unlock()
+	// Builtins that require a restarted service restart with it.
+	for name, c := range changes {
+		if c.reload || !c.wasUp {
+			continue
+		}
+		for _, dep := range m.builtinDependents(old, name) {
+			if _, ok := changes[dep]; ok {
+				continue
+			}
+			if j, ok := newCat.Lookup(dep); ok {
+				u, _ := m.unit(dep)
+				changes[dep] = &change{u: u, def: newCat.Defs[j], wasUp: true}
+				res.Unchanged--
+			}
+		}
+	}
+	var ordered []*change
+	for _, i := range newCat.Order {
+		if c, ok := changes[newCat.Defs[i].Name]; ok {
+			ordered = append(ordered, c)
+		}
+	}
 	// Stop what changed or went away, dependents first (reverse order).
 	for i := len(removed) - 1; i >= 0; i-- {
 		if err := removed[i].stop(ctx); err != nil {
@@ -455,9 +538,8 @@ func (m *Manager) Reload(ctx context.Context) (ReloadResult, error) {
 		}
 		res.Stopped = append(res.Stopped, removed[i].name)
 	}
-	for i := len(changes) - 1; i >= 0; i-- {
-		c := changes[i]
-		if c.wasUp {
+	for i := len(ordered) - 1; i >= 0; i-- {
+		if c := ordered[i]; c.wasUp && !c.reload {
 			if err := c.u.stop(ctx); err != nil {
 				c.u.logf(slog.LevelWarn, "stop: %v", err)
 			}
@@ -467,7 +549,7 @@ func (m *Manager) Reload(ctx context.Context) (ReloadResult, error) {
 	for _, u := range removed {
 		delete(m.units, u.name)
 	}
-	for _, c := range changes {
+	for _, c := range ordered {
 		c.u.mu.Lock()
 		c.u.def = c.def
 		c.u.mu.Unlock()
@@ -475,13 +557,26 @@ func (m *Manager) Reload(ctx context.Context) (ReloadResult, error) {
 	m.cat = newCat
 	m.mu.Unlock()
 	var errs []error
-	for _, c := range changes {
+	for _, c := range ordered {
 		switch {
 		case !c.def.Enabled:
 			c.u.set(StateDisabled, disabledReason(c.def))
 			if c.wasUp {
 				res.Stopped = append(res.Stopped, c.u.name)
 			}
+		case c.reload:
+			c.u.logf(slog.LevelInfo, "settings changed; reloading in place")
+			if err := c.u.reload(ctx); err == nil {
+				res.Reloaded = append(res.Reloaded, c.u.name)
+				continue
+			} else {
+				c.u.logf(slog.LevelWarn, "reload failed (%v); restarting", err)
+			}
+			_ = c.u.stop(ctx)
+			if err := m.startLocked(ctx, c.u.name, map[string]bool{}); err != nil {
+				errs = append(errs, err)
+			}
+			res.Restarted = append(res.Restarted, c.u.name)
 		default:
 			c.u.logf(slog.LevelInfo, "settings changed; starting")
 			if err := m.startLocked(ctx, c.u.name, map[string]bool{}); err != nil {
@@ -494,7 +589,7 @@ func (m *Manager) Reload(ctx context.Context) (ReloadResult, error) {
 			}
 		}
 	}
-	m.log.Info("reload done", "restarted", res.Restarted, "started", res.Started, "stopped", res.Stopped, "unchanged", res.Unchanged)
+	m.log.Info("reload done", "restarted", res.Restarted, "reloaded", res.Reloaded, "started", res.Started, "stopped", res.Stopped, "unchanged", res.Unchanged)
 	return res, errors.Join(errs...)
 }
 
@@ -645,6 +740,17 @@ func (m *Manager) onNotify(msg notify.Message) {
 			u.logf(slog.LevelDebug, "READY=1 from pid %d (notify=no, ignored for readiness)", msg.PID)
 		}
 		p.markReady()
+	}
+	if v, ok := msg.Fields["EXTEND_TIMEOUT_USEC"]; ok {
+		if usec, err := strconv.ParseUint(v, 10, 63); err == nil {
+			u.mu.Lock()
+			ext := u.extend
+			u.mu.Unlock()
+			if ext != nil {
+				ext(time.Duration(usec) * time.Microsecond)
+				u.logf(slog.LevelDebug, "start timeout extended by %v", time.Duration(usec)*time.Microsecond)
+			}
+		}
 	}
 	if msg.Fields["STOPPING"] == "1" {
 		u.logf(slog.LevelInfo, "service reports STOPPING=1")

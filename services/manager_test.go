@@ -36,6 +36,11 @@ func helper(mode string, args []string) {
 			os.Exit(2)
 		}
 		select {}
+	case "extend": // asks for more time, then is ready after the original timeout
+		_, _ = notify.Send("EXTEND_TIMEOUT_USEC=3000000")
+		time.Sleep(600 * time.Millisecond)
+		_, _ = notify.Send("READY=1")
+		select {}
 	case "silent": // never ready
 		select {}
 	case "pidfile":
@@ -178,6 +183,7 @@ func TestStartTimeoutAndPidfile(t *testing.T) {
 	root := writeRoot(t, tree{
 		"etc/rc.d/slow":  svc("slow", "", "name=slow\ncommand=${self}\ncommand_args=\"-- helper silent\"\nnotify=yes\nstart_timeout=200ms\n"),
 		"etc/rc.d/after": svc("after", "slow", "name=after\ntype=oneshot\ncommand=/bin/true\n"),
+		"etc/rc.d/ext":   svc("ext", "", "name=ext\ncommand=${self}\ncommand_args=\"-- helper extend\"\nnotify=yes\nstart_timeout=300ms\n"),
 		"etc/rc.d/pf":    svc("pf", "", "name=pf\ncommand=${self}\npidfile=${rt}/pf.pid\ncommand_args=\"-- helper pidfile ${pidfile}\"\n"),
 	})
 	m := newManager(t, root, nil)
@@ -193,6 +199,9 @@ func TestStartTimeoutAndPidfile(t *testing.T) {
 	if st["after"].State != StateBlocked {
 		t.Errorf("after: %+v", st["after"])
 	}
+	if st["ext"].State != StateRunning {
+		t.Errorf("ext (EXTEND_TIMEOUT_USEC): %+v", st["ext"])
+	}
 	if st["pf"].State != StateRunning || st["pf"].PID == 0 {
 		t.Errorf("pf: %+v", st["pf"])
 	}
@@ -202,6 +211,7 @@ func TestCrashRestart(t *testing.T) {
 	root := writeRoot(t, tree{
 		"etc/rc.d/c": svc("c", "", "name=c\ncommand=${self}\ncommand_args=\"-- helper crash\"\nrestart=on-failure\nrestart_backoff=20ms\n"),
 		"etc/rc.d/n": svc("n", "", "name=n\ncommand=${self}\ncommand_args=\"-- helper crash\"\nrestart=no\n"),
+		"etc/rc.d/f": svc("f", "", "name=f\ncommand=/bin/false\nrestart=always\nrestart_backoff=1ms\n"),
 	})
 	m := newManager(t, root, nil)
 	if err := m.Boot(context.Background()); err != nil {
@@ -210,7 +220,7 @@ func TestCrashRestart(t *testing.T) {
 	deadline := time.Now().Add(10 * time.Second)
 	for time.Now().Before(deadline) {
 		st := states(m)
-		if st["c"].Restarts >= 2 && st["n"].State == StateFailed {
+		if st["c"].Restarts >= 2 && st["n"].State == StateFailed && st["f"].State == StateFailed {
 			break
 		}
 		time.Sleep(20 * time.Millisecond)
@@ -221,6 +231,9 @@ func TestCrashRestart(t *testing.T) {
 	}
 	if st["n"].State != StateFailed || !strings.Contains(st["n"].Reason, "exited with status 3") {
 		t.Errorf("n: %+v", st["n"])
+	}
+	if f := st["f"]; f.State != StateFailed || f.Restarts != MaxRestartFailures || !strings.Contains(f.Reason, "gave up") {
+		t.Errorf("f: %+v", f)
 	}
 	det, _ := m.Detail("c", 50)
 	if !slices.ContainsFunc(det.Log, func(s string) bool { return strings.Contains(s, "crashing soon") }) {

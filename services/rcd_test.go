@@ -161,3 +161,28 @@ func TestCriticalChainAndPlot(t *testing.T) {
 		t.Errorf("svg:\n%s", svg)
 	}
 }
+
+// FuzzParseDefinition feeds arbitrary rc.d files (untrusted input in a
+// shared rc.d) to the parser: it must return a definition or an error that
+// names the file, never panic.
+func FuzzParseDefinition(f *testing.F) {
+	f.Add("name=x\ncommand=/bin/x\n")
+	chain, err := rcconf.Load(fstest.MapFS{"etc/rc.conf": {Data: []byte("x_enable=YES\n")}}, nil)
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Fuzz(func(t *testing.T, src string) {
+		for _, exec := range []bool{false, true} {
+			d, err := ParseDefinition(chain, Header{Path: "etc/rc.d/fuzz"}, []byte(src), exec)
+			if err != nil {
+				if !strings.Contains(err.Error(), "fuzz") {
+					t.Fatalf("error does not name the file: %v", err)
+				}
+				continue
+			}
+			if d.Name == "" || d.Type == "" || d.Settings == nil {
+				t.Fatalf("incomplete definition %+v", d)
+			}
+		}
+	})
+}

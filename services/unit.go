@@ -83,6 +83,7 @@ type unit struct {
 	builtin    Builtin
 	gen        int // bumped by every user stop/start, cancels pending restarts
 	failStreak int
+	extend     func(time.Duration) // EXTEND_TIMEOUT_USEC while starting
 }
 
 func (u *unit) set(st State, reason string) {
@@ -138,11 +139,11 @@ func (u *unit) start(ctx context.Context) error {
 	u.mu.Unlock()
 	t0 := time.Now()
 	u.set(StateStarting, "")
-	ctx, cancel := context.WithTimeout(ctx, d.StartTimeout)
+	ctx, cancel := u.startContext(ctx, d.StartTimeout)
 	defer cancel()
 	err := u.doStart(ctx, d)
-	if err != nil && ctx.Err() == context.DeadlineExceeded {
-		err = fmt.Errorf("%w after %v: %w", ErrStartTimeout, d.StartTimeout, err)
+	if cause := context.Cause(ctx); err != nil && errors.Is(cause, ErrStartTimeout) && !errors.Is(err, ErrStartTimeout) {
+		err = fmt.Errorf("%w: %w", cause, err)
 	}
 	dur := time.Since(t0)
 	u.mu.Lock()
@@ -160,6 +161,36 @@ func (u *unit) start(ctx context.Context) error {
 	u.set(st, "")
 	u.logf(slog.LevelInfo, "started in %v%s", dur.Round(time.Microsecond), u.pidSuffix())
 	return nil
+}
+
+// startContext returns a context cancelled with ErrStartTimeout after
+// timeout, a deadline that EXTEND_TIMEOUT_USEC from the service can push
+// back (never forward) while the start is in progress.
+func (u *unit) startContext(parent context.Context, timeout time.Duration) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancelCause(parent)
+	t0 := time.Now()
+	var mu sync.Mutex
+	deadline := t0.Add(timeout)
+	timer := time.AfterFunc(timeout, func() {
+		cancel(fmt.Errorf("%w after %v", ErrStartTimeout, time.Since(t0).Round(time.Millisecond)))
+	})
+	u.mu.Lock()
+	u.extend = func(ext time.Duration) {
+		mu.Lock()
+		defer mu.Unlock()
+		if nd := time.Now().Add(ext); nd.After(deadline) {
+			deadline = nd
+			timer.Reset(ext)
+		}
+	}
+	u.mu.Unlock()
+	return ctx, func() {
+		timer.Stop()
+		u.mu.Lock()
+		u.extend = nil
+		u.mu.Unlock()
+		cancel(nil)
+	}
 }
 
 func (u *unit) pidSuffix() string {
@@ -221,7 +252,11 @@ func (u *unit) doStart(ctx context.Context, d *Definition) error {
 	case TypeScript:
 		return u.runAux(ctx, d, "start", append(d.Argv(), "start"))
 	case TypeDaemon:
-		return u.spawnDaemon(ctx, d)
+		p, err := u.spawnDaemon(ctx, d)
+		if err == nil {
+			go u.supervise(p)
+		}
+		return err
 	}
 	return fmt.Errorf("%w: type %q", ErrBadService, d.Type)
 }
@@ -281,13 +316,14 @@ func (u *unit) command(d *Definition, argv []string) *exec.Cmd {
 
 // spawnDaemon starts the process and waits for readiness: READY=1 with
 // notify=yes, else the pidfile when one is set, else the process being up.
-func (u *unit) spawnDaemon(ctx context.Context, d *Definition) error {
+// The caller supervises the returned process.
+func (u *unit) spawnDaemon(ctx context.Context, d *Definition) (*proc, error) {
 	if d.Pidfile != "" {
 		_ = os.Remove(d.Pidfile)
 	}
 	p, err := u.spawn(d)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	var tick <-chan time.Time
 	if !d.Notify && d.Pidfile != "" {
@@ -300,14 +336,13 @@ func (u *unit) spawnDaemon(ctx context.Context, d *Definition) error {
 	for {
 		select {
 		case <-p.ready:
-			go u.supervise(p)
-			return nil
+			return p, nil
 		case <-tick:
 			if pidfileReady(d.Pidfile) {
 				p.markReady()
 			}
 		case <-p.exited:
-			return fmt.Errorf("%s %s before it was ready", d.Command, exitText(p.state, p.waitErr))
+			return nil, fmt.Errorf("%s %s before it was ready", d.Command, exitText(p.state, p.waitErr))
 		case <-ctx.Done():
 			_ = killGroup(p.pid, syscall.SIGKILL)
 			<-p.exited
@@ -320,7 +355,7 @@ func (u *unit) spawnDaemon(ctx context.Context, d *Definition) error {
 			} else if d.Pidfile != "" {
 				what = "pidfile " + d.Pidfile
 			}
-			return fmt.Errorf("waiting for %s: %w", what, ctx.Err())
+			return nil, fmt.Errorf("waiting for %s: %w", what, context.Cause(ctx))
 		}
 	}
 }
@@ -354,65 +389,113 @@ func (u *unit) spawn(d *Definition) (*proc, error) {
 	return p, nil
 }
 
-// supervise waits for the daemon to exit and applies the restart policy.
+// MaxRestartFailures is how many consecutive restarts of a crashing
+// daemon are attempted (with exponential backoff) before it is left failed.
+// A daemon that stayed up for 10 s starts a new count.
+const MaxRestartFailures = 10
+
+// supervise watches the daemon's main process and applies the restart
+// policy, for as long as the unit keeps being restarted.
 func (u *unit) supervise(p *proc) {
+	for p != nil {
+		p = u.superviseOnce(p)
+	}
+}
+
+// superviseOnce waits for p to exit and, per the restart policy, restarts
+// the daemon with exponential backoff. It returns the new process, or nil
+// when supervision ends.
+func (u *unit) superviseOnce(p *proc) *proc {
 	<-p.exited
 	u.mu.Lock()
 	if u.proc != p || u.state == StateStopping || u.state == StateStopped {
 		u.mu.Unlock()
-		return
+		return nil
 	}
-	d := u.def
-	gen := u.gen
-	clean := p.state != nil && p.state.Success()
+	d, gen := u.def, u.gen
 	if time.Since(p.started) > 10*time.Second {
 		u.failStreak = 0
 	}
-	u.failStreak++
-	streak := u.failStreak
 	u.mu.Unlock()
-	why := exitText(p.state, p.waitErr)
-	restart := d.Restart == RestartAlways || d.Restart == RestartOnFailure && !clean
-	if !restart {
+	clean := p.state != nil && p.state.Success()
+	why := "main process " + exitText(p.state, p.waitErr)
+	if !(d.Restart == RestartAlways || d.Restart == RestartOnFailure && !clean) {
 		st := StateFailed
 		if clean {
 			st = StateStopped
 		}
-		u.set(st, "main process "+why)
-		u.logf(slog.LevelWarn, "main process %s", why)
-		return
+		u.set(st, why)
+		u.logf(slog.LevelWarn, "%s", why)
+		return nil
 	}
-	backoff := d.RestartBackoff << min(streak-1, 20)
-	if backoff > MaxRestartBackoff || backoff <= 0 {
-		backoff = MaxRestartBackoff
+	for {
+		u.mu.Lock()
+		u.failStreak++
+		streak := u.failStreak
+		u.mu.Unlock()
+		if streak > MaxRestartFailures {
+			u.set(StateFailed, fmt.Sprintf("%s; gave up after %d restarts", why, MaxRestartFailures))
+			u.logf(slog.LevelError, "%s; gave up after %d restarts", why, MaxRestartFailures)
+			return nil
+		}
+		backoff := d.RestartBackoff << min(streak-1, 20)
+		if backoff > MaxRestartBackoff || backoff <= 0 {
+			backoff = MaxRestartBackoff
+		}
+		u.set(StateStarting, fmt.Sprintf("%s; restarting in %v", why, backoff))
+		u.logf(slog.LevelWarn, "%s; restarting in %v (restart=%s)", why, backoff, d.Restart)
+		select {
+		case <-time.After(backoff):
+		case <-u.m.stopping:
+			return nil
+		}
+		np, err := u.restartProc(d, gen)
+		if err == errSuperseded {
+			return nil
+		}
+		if err == nil {
+			return np
+		}
+		why = "restart: " + err.Error()
 	}
-	u.set(StateStarting, fmt.Sprintf("main process %s; restarting in %v", why, backoff))
-	u.logf(slog.LevelWarn, "main process %s; restarting in %v (restart=%s)", why, backoff, d.Restart)
-	select {
-	case <-time.After(backoff):
-	case <-u.m.stopping:
-		return
-	}
+}
+
+var errSuperseded = errors.New("superseded by a stop or start")
+
+func (u *unit) restartProc(d *Definition, gen int) (*proc, error) {
 	u.op.Lock()
 	defer u.op.Unlock()
 	u.mu.Lock()
 	if u.gen != gen || u.state != StateStarting {
 		u.mu.Unlock()
-		return
+		return nil, errSuperseded
 	}
 	u.restarts++
 	u.mu.Unlock()
-	ctx, cancel := context.WithTimeout(context.Background(), d.StartTimeout)
+	ctx, cancel := u.startContext(context.Background(), d.StartTimeout)
 	defer cancel()
-	if err := u.spawnDaemon(ctx, d); err != nil {
-		u.set(StateFailed, "restart: "+err.Error())
+	np, err := u.spawnDaemon(ctx, d)
+	if err != nil {
 		u.logf(slog.LevelError, "restart failed: %v", err)
-		// A daemon that cannot even be restarted gets another try under the
-		// same policy only if it exited after becoming ready.
-		return
+		return nil, err
 	}
 	u.set(StateRunning, "")
 	u.logf(slog.LevelInfo, "restarted%s", u.pidSuffix())
+	return np, nil
+}
+
+// reload applies the unit's current definition in place (Reloader).
+func (u *unit) reload(ctx context.Context) error {
+	u.op.Lock()
+	defer u.op.Unlock()
+	u.mu.Lock()
+	b, d := u.builtin, u.def
+	u.mu.Unlock()
+	r, ok := b.(Reloader)
+	if !ok {
+		return fmt.Errorf("%s cannot reload in place", u.name)
+	}
+	return r.Reload(ctx, u.env(d))
 }
 
 // stop brings the unit down: builtin Stop, stop_signal to a daemon's

@@ -9,7 +9,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -292,7 +294,7 @@ func svc(provide, require, body string) string {
 // changed services only, and shutdown order.
 func TestLifecycle(t *testing.T) {
 	root := writeTree(t, map[string]string{
-		"etc/defaults/rc.conf": "b_flags=\"30\"\nc_enable=YES\n",
+		"etc/defaults/rc.conf": "b_flags=\"30\"\nc_enable=YES\nmetrics_listen=127.0.0.1:0\n",
 		"etc/rc.conf":          "",
 		"etc/rc.d/a":           svc("a", "", "name=a\ntype=oneshot\ncommand=/bin/true\n"),
 		"etc/rc.d/b":           svc("b", "a", "name=b\ncommand=/bin/sleep\n"),
@@ -321,6 +323,23 @@ func TestLifecycle(t *testing.T) {
 	out, _, _ := d.keelctl(nil, "status", "c")
 	if !strings.Contains(out, "bad config") || !strings.Contains(out, "Required by: d") {
 		t.Errorf("status c detail:\n%s", out)
+	}
+	// Prometheus metrics on metrics_listen.
+	if i := strings.Index(d.logText(), "metrics on http://"); i < 0 {
+		t.Error("metrics endpoint not started")
+	} else {
+		u := strings.Fields(d.logText()[i+len("metrics on "):])[0]
+		resp, err := http.Get(u)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		for _, want := range []string{`keel_service_state{service="c",state="failed",type="oneshot"} 1`, "keel_boot_duration_seconds", "keel_service_restarts_total"} {
+			if !strings.Contains(string(body), want) {
+				t.Errorf("metrics lack %q", want)
+			}
+		}
 	}
 	// Crash and restart with backoff.
 	deadline := time.Now().Add(15 * time.Second)
@@ -452,4 +471,61 @@ func BenchmarkReady(b *testing.B) {
 	}
 	slices.Sort(ms)
 	b.ReportMetric(ms[len(ms)/2], "ms-to-READY")
+}
+
+// TestSocketActivation passes keeld a listening control socket the way
+// systemd does (fd 3, LISTEN_FDS=1, LISTEN_PID=its pid) and checks keelctl
+// reaches keeld through it.
+func TestSocketActivation(t *testing.T) {
+	root := writeTree(t, map[string]string{
+		"etc/rc.d/a": svc("a", "", "name=a\ncommand=/bin/sleep\ncommand_args=30\n"),
+	})
+	rt, err := os.MkdirTemp("", "keel-e2e-act-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(rt)
+	sock := filepath.Join(rt, "activated.sock")
+	l, err := net.ListenUnix("unix", &net.UnixAddr{Name: sock, Net: "unix"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := l.File()
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.SetUnlinkOnClose(false)
+	l.Close()
+	defer f.Close()
+	// sh's $$ is the pid keeld keeps after exec, as systemd's LISTEN_PID.
+	cmd := exec.Command("/bin/sh", "-c", `LISTEN_PID=$$ LISTEN_FDS=1 exec "$0" "$@"`, filepath.Join(binDir, "keeld"),
+		"--root", root, "--runtime-dir", rt, "--socket", filepath.Join(rt, "unused.sock"))
+	cmd.ExtraFiles = []*os.File{f}
+	var log bytes.Buffer
+	cmd.Stderr = &log
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		_ = cmd.Wait()
+		if t.Failed() {
+			t.Logf("keeld log:\n%s", log.String())
+		}
+	}()
+	d := &keeldProc{t: t, socket: sock}
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		out, _, code := d.keelctl(nil, "status", "a")
+		if code == 0 && strings.Contains(out, "running") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("keelctl through the activated socket: exit %d\n%s", code, out)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if _, err := os.Stat(filepath.Join(rt, "unused.sock")); err == nil {
+		t.Error("keeld created its own socket despite socket activation")
+	}
 }

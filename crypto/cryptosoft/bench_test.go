@@ -1,6 +1,7 @@
 package cryptosoft
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"testing"
@@ -33,7 +34,7 @@ func newBenchSession(tb testing.TB, p crypto.Provider, alg crypto.Algorithm, n i
 	return s, []*crypto.Request{r}
 }
 
-// BenchmarkProvider measures one encrypt and one decrypt request per
+// BenchmarkProvider measures one encrypt or one decrypt request per
 // operation through cryptosoft's and aesni's sessions in the same run
 // (the cryptosoft/aesni ratio the issue asks for).
 func BenchmarkProvider(b *testing.B) {
@@ -45,24 +46,23 @@ func BenchmarkProvider(b *testing.B) {
 						s, reqs := newBenchSession(b, p, alg, n)
 						defer s.Close(context.Background())
 						r := reqs[0]
+						var saved []byte
 						if dir == crypto.Decrypt {
-							s.Submit(reqs) // produce a valid ICV
+							// An authentic packet, restored before each
+							// decrypt (the copy is included in both
+							// providers' figures).
+							s.Submit(reqs)
+							r.Dir = crypto.Decrypt
+							saved = append(bytes.Clone(r.Data), r.ICV...)
 						}
 						b.SetBytes(int64(len(r.Data)))
 						b.ReportAllocs()
 						for b.Loop() {
-							if dir == crypto.Decrypt {
-								// Decrypt then re-encrypt keeps the packet
-								// authentic; only the decrypt is timed.
-								r.Dir = crypto.Decrypt
-								s.Submit(reqs)
-								b.StopTimer()
-								r.Dir = crypto.Encrypt
-								s.Submit(reqs)
-								b.StartTimer()
-							} else {
-								s.Submit(reqs)
+							if saved != nil {
+								copy(r.Data, saved)
+								copy(r.ICV, saved[len(r.Data):])
 							}
+							s.Submit(reqs)
 							if r.Status != crypto.StatusOK {
 								b.Fatalf("status %v: %v", r.Status, r.Err)
 							}

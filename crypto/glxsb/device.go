@@ -42,6 +42,9 @@ func (f Fault) String() string {
 	return "fault(?)"
 }
 
+// maxCompensation caps the emulator lateness absorbed per interrupt.
+const maxCompensation = 100 * time.Microsecond
+
 var (
 	errSlotBusy = errors.New("glxsb: operation slot busy")
 	errDevice   = errors.New("glxsb: device reported an operation error")
@@ -85,8 +88,11 @@ type DeviceStats struct {
 // lateness L is recorded, and a start issued D after the interrupt was
 // delivered is placed at model time deadline + D, i.e. the emulator's
 // own noise is not charged to the driver, while everything the driver
-// does between interrupt and next start is. Blocking and queued drivers are
-// measured on this same model.
+// does between interrupt and next start is. The compensation is capped at
+// maxCompensation, so that a long preemption of the emulator is charged as
+// lost device time rather than letting the device run faster than its
+// model afterwards. Blocking and queued drivers are measured on this same
+// model.
 type device struct {
 	bytesPerNs float64
 	setup      time.Duration
@@ -161,7 +167,7 @@ func (d *device) start(op *devOp) error {
 	s := now
 	if li := d.lastIntr.Load(); li != 0 {
 		if late := li - d.lastDeadline.Load(); late > 0 {
-			s = now - late
+			s = now - min(late, int64(maxCompensation))
 		}
 	}
 	// Never start before the operation existed (a zero queued time means

@@ -113,17 +113,18 @@ func TestFrameworkFailover(t *testing.T) {
 		t.Run(f.String(), func(t *testing.T) {
 			// A huge hysteresis keeps the bindings on glxsb when aesni
 			// arrives, until glxsb faults.
-			fw := quietFW(crypto.Options{Hysteresis: 1e6, RequestTimeout: 100 * time.Millisecond, CloseTimeout: time.Second})
-			defer fw.Close(context.Background())
-			p, err := glxsb.New(glxsb.Options{OpTimeout: 50 * time.Millisecond, OnFault: func(err error) { fw.ReportFault("glxsb", err) }})
+			fw := quietFW(crypto.Options{Hysteresis: 1e6, RequestTimeout: 2 * time.Second, CloseTimeout: 2 * time.Second})
+			defer func() {
+				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+				defer cancel()
+				fw.Close(ctx)
+			}()
+			p, err := glxsb.New(glxsb.Options{OpTimeout: 300 * time.Millisecond, OnFault: func(err error) { fw.ReportFault("glxsb", err) }})
 			if err != nil {
 				t.Fatal(err)
 			}
 			defer p.Close(context.Background())
 			if err := fw.Register(context.Background(), p); err != nil {
-				t.Fatal(err)
-			}
-			if err := fw.Register(context.Background(), aesni.New()); err != nil {
 				t.Fatal(err)
 			}
 			const nb, per = 4, 300
@@ -139,6 +140,7 @@ func TestFrameworkFailover(t *testing.T) {
 				failures = append(failures, s)
 				mu.Unlock()
 			}
+			gate := make(chan struct{})
 			var wg sync.WaitGroup
 			var started sync.WaitGroup
 			started.Add(nb)
@@ -183,8 +185,9 @@ func TestFrameworkFailover(t *testing.T) {
 				wg.Add(1)
 				go func() {
 					defer wg.Done()
+					<-gate
 					for i, tr := range recs {
-						if i == per/4 {
+						if i == per/8 {
 							started.Done()
 						}
 						deadline := time.Now().Add(30 * time.Second)
@@ -218,16 +221,33 @@ func TestFrameworkFailover(t *testing.T) {
 							fail("wrong output")
 						}
 					}
-					if b.Provider() != "aesni" {
-						fail("binding not moved to aesni: " + b.Provider())
+					// The move itself runs in the background.
+					for deadline := time.Now().Add(10 * time.Second); b.Provider() != "aesni"; time.Sleep(time.Millisecond) {
+						if time.Now().After(deadline) {
+							fail("binding not moved to aesni: " + b.Provider())
+							break
+						}
 					}
 					b.Close(context.Background())
 				}()
 			}
+			// aesni arrives after the bindings were made; the hysteresis
+			// keeps them on glxsb. Then traffic starts.
+			if err := fw.Register(context.Background(), aesni.New()); err != nil {
+				t.Fatal(err)
+			}
+			close(gate)
 			started.Wait()
 			p.InjectFault(f)
 			wg.Wait()
+			if p.Stats().Failed == 0 {
+				t.Error("the fault hit no request: traffic ended before it")
+			}
 			if len(failures) > 0 {
+				for _, ps := range fw.Providers() {
+					t.Logf("%s: state %v faults %d last %q sessions %d", ps.Name, ps.State, ps.Faults, ps.LastFault, ps.Sessions)
+				}
+				t.Logf("glxsb stats %+v", p.Stats())
 				t.Fatalf("%d failures, first: %s", len(failures), failures[0])
 			}
 		})

@@ -298,13 +298,13 @@ type session struct {
 func (s *session) validate(r *crypto.Request) error {
 	switch {
 	case len(r.Data)%16 != 0:
-		return fmt.Errorf("glxsb: request: data length %d is not a multiple of 16: %w", len(r.Data), crypto.ErrUnsupported)
+		return fmt.Errorf("glxsb: request: data length %d is not a multiple of 16: %w", len(r.Data), crypto.ErrInvalidRequest)
 	case len(r.Data) > MaxOp:
-		return fmt.Errorf("glxsb: request: data length %d exceeds %d: %w", len(r.Data), MaxOp, crypto.ErrUnsupported)
+		return fmt.Errorf("glxsb: request: data length %d exceeds %d: %w", len(r.Data), MaxOp, crypto.ErrInvalidRequest)
 	case len(r.IV) != 16:
-		return fmt.Errorf("glxsb: request: IV length %d, want 16: %w", len(r.IV), crypto.ErrUnsupported)
+		return fmt.Errorf("glxsb: request: IV length %d, want 16: %w", len(r.IV), crypto.ErrInvalidRequest)
 	case len(r.ICV) != s.icvLen:
-		return fmt.Errorf("glxsb: request: ICV length %d, want %d: %w", len(r.ICV), s.icvLen, crypto.ErrUnsupported)
+		return fmt.Errorf("glxsb: request: ICV length %d, want %d: %w", len(r.ICV), s.icvLen, crypto.ErrInvalidRequest)
 	}
 	return nil
 }

@@ -284,7 +284,7 @@ func TestInvalidRequests(t *testing.T) {
 			t.Errorf("%s: status %v (%v), want %v", tc.name, r.Status, r.Err, tc.wantStatus)
 		}
 		if tc.wantStatus == crypto.StatusError {
-			if !errors.Is(r.Err, crypto.ErrUnsupported) || !bytes.Equal(r.Data, orig[i]) {
+			if !errors.Is(r.Err, crypto.ErrInvalidRequest) || !bytes.Equal(r.Data, orig[i]) {
 				t.Errorf("%s: err %v, data changed %v", tc.name, r.Err, !bytes.Equal(r.Data, orig[i]))
 			}
 		}

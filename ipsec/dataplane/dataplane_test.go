@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/keelinit/keel/crypto"
+	"github.com/keelinit/keel/crypto/aesni"
 	"github.com/keelinit/keel/crypto/cryptosoft"
 	"github.com/keelinit/keel/ipsec"
 	"github.com/keelinit/keel/ipsec/setkey"
@@ -48,7 +50,13 @@ func newEngine(t *testing.T, conf string) *ipsec.Engine { return newEngineTB(t, 
 
 func newEngineTB(t testing.TB, conf string) *ipsec.Engine {
 	t.Helper()
-	eng := ipsec.NewEngineWithProvider(cryptosoft.New(), ipsec.Options{})
+	// aesni when the CPU has it (as in production), else the portable
+	// provider.
+	var prov crypto.Provider = cryptosoft.New()
+	if aesni.Supported() {
+		prov = aesni.New()
+	}
+	eng := ipsec.NewEngineWithProvider(prov, ipsec.Options{})
 	t.Cleanup(func() { eng.Close(context.Background()) })
 	cfg, err := setkey.Parse("test.conf", strings.NewReader(conf))
 	if err != nil {

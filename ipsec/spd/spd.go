@@ -185,15 +185,16 @@ func (s *SPD) Lookup(dir Dir, f Flow) (*Policy, bool) {
 	}
 	var k flowKey
 	k.set(dir, &f)
-	if s.cache == nil {
+	c := s.cache
+	if c == nil {
 		return t.result(t.classify(dir, &k))
 	}
 	h := k.hash(s.seed)
-	if r, ok := s.cache.get(h, &k, t.gen); ok {
+	if r, ok := c.get(h, &k, t.gen); ok {
 		return t.result(r)
 	}
 	r := t.classify(dir, &k)
-	s.cache.put(h, &k, t.gen, r)
+	c.put(h, &k, t.gen, r)
 	return t.result(r)
 }
 

@@ -393,3 +393,68 @@ func TestStringers(t *testing.T) {
 		t.Errorf("icmp String() = %q, want %q", got, want)
 	}
 }
+
+// TestConcurrentLookupAddDelete toggles one policy with Add/Delete while
+// readers look up; each result must be the linear answer of the SPD either
+// with or without that policy.
+func TestConcurrentLookupAddDelete(t *testing.T) {
+	r := rand.New(rand.NewPCG(8, 9))
+	base := randomPolicies(r, 40)
+	x := Policy{Dir: DirOut, Sel: Selector{Src: pfx("10.0.0.0/31"), Dst: pfx("10.0.1.0/30")}, Action: None, Pos: "x"}
+	for _, p := range base {
+		if p.Dir == x.Dir && p.Sel.canonical() == x.Sel {
+			t.Skip("random base contains the toggled selector")
+		}
+	}
+	without, with := New(WithCacheEntries(0)), New(WithCacheEntries(0))
+	_ = without.Replace(base)
+	_ = with.Replace(append(append([]Policy{}, base...), x))
+	s := New(WithCacheEntries(32))
+	_ = s.Replace(base)
+	flows := make([]Flow, 128)
+	for i := range flows {
+		flows[i] = randFlow(r)
+	}
+	same := func(p *Policy, ok bool, q *Policy, qok bool) bool {
+		return ok == qok && (!ok || p.Index == q.Index && p.Sel == q.Sel && p.Pos == q.Pos)
+	}
+	var wg sync.WaitGroup
+	stop := make(chan struct{})
+	bad := make(chan Flow, 2)
+	for w := range 2 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := w; ; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				f := flows[i%len(flows)]
+				p, ok := s.Lookup(DirOut, f)
+				p0, ok0 := without.LookupLinear(DirOut, f)
+				p1, ok1 := with.LookupLinear(DirOut, f)
+				if !same(p, ok, p0, ok0) && !same(p, ok, p1, ok1) {
+					bad <- f
+					return
+				}
+			}
+		}()
+	}
+	for range 300 {
+		if err := s.Add(x); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Delete(x.Dir, x.Sel); err != nil {
+			t.Fatal(err)
+		}
+	}
+	close(stop)
+	wg.Wait()
+	select {
+	case f := <-bad:
+		t.Fatalf("lookup of %+v matched neither snapshot", f)
+	default:
+	}
+}

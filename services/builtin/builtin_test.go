@@ -17,6 +17,7 @@ import (
 	_ "github.com/keelinit/keel/crypto/aesni"
 	_ "github.com/keelinit/keel/crypto/cryptosoft"
 	"github.com/keelinit/keel/etc"
+	"github.com/keelinit/keel/ipsec"
 	"github.com/keelinit/keel/modules"
 	"github.com/keelinit/keel/services"
 	"github.com/keelinit/keel/services/api"
@@ -58,8 +59,9 @@ func TestApplianceBuiltins(t *testing.T) {
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	sys := New(Options{CalibrationBudget: 5 * time.Millisecond, Logger: log})
 	rt := t.TempDir()
+	root := appliance(t, "kld_list=\"cryptosoft aesni\"\nsyslogd_enable=NO\npktgen_rate=500\n")
 	m, err := services.New(services.Options{
-		Root: appliance(t, "kld_list=\"cryptosoft aesni\"\nsyslogd_enable=NO\npktgen_rate=500\n"), RuntimeDir: rt, Logger: log,
+		Root: root, RuntimeDir: rt, Logger: log,
 		Seed:     map[string]string{"keel_runtime_dir": rt, "keel_self": "/bin/false"},
 		Builtins: sys.Builtins(), LoadModules: sys.LoadModules,
 	})
@@ -110,6 +112,20 @@ func TestApplianceBuiltins(t *testing.T) {
 		return v
 	}
 	before := waitSAs("aesni")
+	// pktgen's data path allocates nothing per packet in steady state.
+	sys.pg.mu.Lock()
+	peer := sys.pg.peer
+	sys.pg.mu.Unlock()
+	eng := sys.ips.engine()
+	pol := eng.Policies()[0]
+	fl := flow{eng: eng, peer: peer, pkt: innerPacket(pol.Sel, 1400)}
+	pool := ipsec.NewPool(0)
+	if n := sys.pg.push(pool, fl, 32); n != 32 {
+		t.Fatalf("push delivered %d of 32", n)
+	}
+	if a := testing.AllocsPerRun(50, func() { sys.pg.push(pool, fl, 32) }); a > 1 && !raceEnabled {
+		t.Errorf("pktgen push: %.1f allocations per 32-packet batch", a)
+	}
 	// Unloading aesni moves every SA to cryptosoft live; loading it again
 	// moves them back; traffic keeps flowing.
 	var st []modules.Stat
@@ -139,6 +155,51 @@ func TestApplianceBuiltins(t *testing.T) {
 	var spdv IPsec
 	if err := c.Get(ctx, "/v1/ipsec/spd", nil, &spdv); err != nil || len(spdv.Policies) != 4 || !strings.Contains(spdv.Policies[0].Policy, "10.1.0.0/24") {
 		t.Errorf("spd view %+v %v", spdv, err)
+	}
+	// A changed ipsec.conf is applied in place; pktgen, which mirrors the
+	// SAs, restarts; nothing else does.
+	conf := string(root["etc/ipsec.conf"].Data)
+	cut := strings.Index(conf, "# AES-128-CBC")
+	end := strings.Index(conf, "spdadd 10.1.0.0/24 10.3.0.0/24")
+	root["etc/ipsec.conf"] = &fstest.MapFile{Data: []byte(conf[:cut] + conf[end-1:])}
+	delete(root, "etc/ipsec.conf.tmp")
+	res, err := m.Reload(ctx)
+	if err == nil {
+		t.Fatal("reload with policies naming deleted SAs succeeded?") // unique:2 policies remain without SAs
+	}
+	_ = res
+	root["etc/ipsec.conf"] = &fstest.MapFile{Data: []byte(conf[:cut] + "spdadd 10.1.0.0/24 10.2.0.0/24 any -P out ipsec\n\tesp/tunnel/192.0.2.1-192.0.2.2/unique:1;\nspdadd 10.2.0.0/24 10.1.0.0/24 any -P in ipsec\n\tesp/tunnel/192.0.2.2-192.0.2.1/unique:1;\n")}
+	res, err = m.Reload(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Join(res.Reloaded, ",") != "ipsec" || strings.Join(res.Restarted, ",") != "pktgen" {
+		t.Errorf("reload: %+v", res)
+	}
+	if n := len(sys.ips.engine().SAs()); n != 2 {
+		t.Errorf("%d SAs after reload, want 2", n)
+	}
+	// Restarting cryptodev restarts the builtins holding its framework.
+	if err := m.Restart(ctx, "cryptodev"); err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range m.Status() {
+		if !s.State.Active() && s.State != services.StateDisabled {
+			t.Errorf("after restart: %s %s %s", s.Name, s.State, s.Reason)
+		}
+	}
+	var v2 IPsec
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		v2 = IPsec{}
+		_ = c.Get(ctx, "/v1/ipsec/sa", nil, &v2)
+		if len(v2.SAs) == 2 && v2.SAs[0].Provider == "aesni" && v2.SAs[0].OutPackets > 0 && v2.SAs[1].InPackets > 0 {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if len(v2.SAs) != 2 || v2.SAs[0].Provider != "aesni" || v2.SAs[0].OutPackets == 0 {
+		t.Errorf("after cryptodev restart: %+v", v2.SAs)
 	}
 	// Prometheus metrics.
 	reg := prometheus.NewRegistry()

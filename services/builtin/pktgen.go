@@ -36,8 +36,14 @@ type pktgenService struct {
 	bps, pps               float64
 }
 
+// Settings include the IPsec configuration, whose SAs pktgen mirrors in
+// its peer engine: a changed ipsec.conf restarts pktgen too.
 func (g *pktgenService) Settings(env services.BuiltinEnv) map[string]string {
-	return map[string]string{"pktgen_rate": env.Config.Get("pktgen_rate"), "pktgen_size": env.Config.Get("pktgen_size")}
+	out := map[string]string{"pktgen_rate": env.Config.Get("pktgen_rate"), "pktgen_size": env.Config.Get("pktgen_size")}
+	for k, v := range g.sys.ips.Settings(env) {
+		out[k] = v
+	}
+	return out
 }
 
 type flow struct {

@@ -1,0 +1,5 @@
+//go:build !linux
+
+// Package device is the emulated virtio-crypto device; it needs Linux
+// (memfd, eventfd, SCM_RIGHTS).
+package device

@@ -1,0 +1,345 @@
+package ipsec
+
+import (
+	"crypto/aes"
+	"crypto/cipher"
+	"crypto/hmac"
+	"crypto/sha1"
+	"encoding/binary"
+	"runtime"
+	"sync"
+	"testing"
+	"time"
+
+	"golang.org/x/crypto/chacha20poly1305"
+)
+
+// Benchmarks: batches of benchBatch packets of benchSize bytes (the inner
+// packet, 1420 B as in the issue), one goroutine unless stated. Every
+// benchmark, raw baselines included, first copies each packet's bytes into
+// its buffer (fresh plaintext for encryption, fresh ciphertext for
+// decryption, as a read from a socket would), so the ratio ESP ÷ raw
+// isolates the ESP work: SPD lookup, SA selection, framing, sequence and
+// replay handling, and the framework's binding.
+const (
+	benchBatch = 32
+	benchSize  = 1420
+)
+
+var benchXforms = []struct {
+	name string
+	idx  int // index into transforms
+}{
+	{"aes-128-gcm", 0},
+	{"aes-128-cbc-hmac-sha1", 3},
+	{"chacha20-poly1305", 2},
+}
+
+// benchPair sets up A -> B with the transform, and returns the plaintext
+// and a batch of encapsulated packets for decap benchmarks.
+type benchPair struct {
+	ea, eb *Engine
+	pool   *Pool
+	plain  []byte
+	wire   [][]byte
+	in     *sa // B's inbound SA
+}
+
+func newBenchPair(b *testing.B, xf int) *benchPair {
+	tp := topology{tunnel: true, xform: transforms[xf]}
+	tp.setAddrs(false)
+	ca, cb := tp.configs()
+	bp := &benchPair{ea: newTestEngine(b, Options{}), eb: newTestEngine(b, Options{}), pool: NewPool(0)}
+	applyText(b, bp.ea, ca)
+	applyText(b, bp.eb, cb)
+	bp.plain = udpPacket(innerA, innerB, 1000, 2000, make([]byte, benchSize-28))
+	ps := make([]*Packet, benchBatch)
+	for i := range ps {
+		ps[i] = packetOf(b, bp.pool, bp.plain)
+	}
+	bp.ea.Outbound(ps)
+	for _, p := range ps {
+		if p.Verdict != VerdictForward {
+			b.Fatal(p.Drop)
+		}
+		bp.wire = append(bp.wire, append([]byte(nil), p.Data()...))
+		p.Release()
+	}
+	bp.in = bp.eb.sad.Load().bySPI[0x1001][0]
+	return bp
+}
+
+func BenchmarkEncap(b *testing.B) {
+	for _, x := range benchXforms {
+		b.Run(x.name, func(b *testing.B) {
+			bp := newBenchPair(b, x.idx)
+			ps := make([]*Packet, benchBatch)
+			for i := range ps {
+				ps[i] = bp.pool.Get()
+			}
+			b.SetBytes(benchBatch * benchSize)
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				for _, p := range ps {
+					p.SetData(bp.plain)
+				}
+				bp.ea.Outbound(ps)
+			}
+			b.StopTimer()
+			if ps[0].Verdict != VerdictForward {
+				b.Fatal(ps[0].Drop)
+			}
+		})
+	}
+}
+
+func BenchmarkDecap(b *testing.B) {
+	for _, x := range benchXforms {
+		b.Run(x.name, func(b *testing.B) {
+			bp := newBenchPair(b, x.idx)
+			ps := make([]*Packet, benchBatch)
+			for i := range ps {
+				ps[i] = bp.pool.Get()
+			}
+			b.SetBytes(benchBatch * benchSize)
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				for j, p := range ps {
+					p.SetData(bp.wire[j])
+				}
+				// The same sequence numbers every round: forget them
+				// (one short lock per batch; the checks still run).
+				bp.in.mu.Lock()
+				bp.in.win.Reset()
+				bp.in.mu.Unlock()
+				bp.eb.Inbound(ps)
+			}
+			b.StopTimer()
+			if ps[0].Verdict != VerdictForward {
+				b.Fatal(ps[0].Drop)
+			}
+		})
+	}
+}
+
+// rawAEAD runs cipher.AEAD Seal/Open in place on the same sizes (nonce
+// from a counter, AAD = SPI||seq), the ceiling for ESP.
+func benchRawAEAD(b *testing.B, a cipher.AEAD, open bool) {
+	buf := make([][]byte, benchBatch)
+	plain := make([]byte, benchSize+2) // + pad length, next header
+	ct := a.Seal(nil, make([]byte, 12), plain, make([]byte, 8))
+	for i := range buf {
+		buf[i] = make([]byte, len(ct))
+	}
+	nonce := make([]byte, 12)
+	aad := make([]byte, 8)
+	b.SetBytes(benchBatch * benchSize)
+	b.ReportAllocs()
+	b.ResetTimer()
+	var seq uint64
+	for i := 0; i < b.N; i++ {
+		for _, p := range buf {
+			if open {
+				copy(p, ct)
+				if _, err := a.Open(p[:0], nonce, p, aad); err != nil {
+					b.Fatal(err)
+				}
+			} else {
+				copy(p, plain)
+				seq++
+				binary.BigEndian.PutUint64(nonce[4:], seq)
+				binary.BigEndian.PutUint32(aad[4:], uint32(seq))
+				a.Seal(p[:0], nonce, p[:len(plain)], aad)
+			}
+		}
+	}
+}
+
+func BenchmarkRaw(b *testing.B) {
+	blk, _ := aes.NewCipher(make([]byte, 16))
+	gcm, _ := cipher.NewGCM(blk)
+	cc, _ := chacha20poly1305.New(make([]byte, 32))
+	b.Run("aes-128-gcm/seal", func(b *testing.B) { benchRawAEAD(b, gcm, false) })
+	b.Run("aes-128-gcm/open", func(b *testing.B) { benchRawAEAD(b, gcm, true) })
+	b.Run("chacha20-poly1305/seal", func(b *testing.B) { benchRawAEAD(b, cc, false) })
+	b.Run("chacha20-poly1305/open", func(b *testing.B) { benchRawAEAD(b, cc, true) })
+	b.Run("aes-128-cbc-hmac-sha1/seal", func(b *testing.B) {
+		buf := make([][]byte, benchBatch)
+		for i := range buf {
+			buf[i] = make([]byte, 1440+12)
+		}
+		plain := make([]byte, 1440)
+		iv := make([]byte, 16)
+		mac := hmac.New(sha1.New, make([]byte, 20))
+		b.SetBytes(benchBatch * benchSize)
+		b.ReportAllocs()
+		b.ResetTimer()
+		for i := 0; i < b.N; i++ {
+			for _, p := range buf {
+				copy(p, plain)
+				cipher.NewCBCEncrypter(blk, iv).CryptBlocks(p[:1440], p[:1440])
+				mac.Reset()
+				mac.Write(p[:1440])
+				mac.Sum(p[1440:1440])
+			}
+		}
+	})
+}
+
+// BenchmarkEncapDecapWorkers: GOMAXPROCS workers each run encap + decap
+// of AES-128-GCM batches; run with -cpu 1,2 and compare MB/s. "own" gives
+// each worker its own tunnel (separate SAs, as separate flows/peers
+// would), "shared" makes all workers use the same SA pair (one sequence
+// counter, one replay window). Besides wall-clock MB/s, which on a shared
+// machine depends on what else runs, it reports cpu-ns/pkt: the workers'
+// own thread CPU time per packet (encap + decap). If cpu-ns/pkt stays flat
+// from 1 to 2 workers, the engine adds no contention and throughput scales
+// with the cores it gets: implied speedup = N * cpu(1)/cpu(N).
+func BenchmarkEncapDecapWorkers(b *testing.B) {
+	for _, mode := range []string{"own", "shared"} {
+		b.Run(mode, func(b *testing.B) {
+			n := runtime.GOMAXPROCS(0)
+			pairs := make([]*benchPair, n)
+			for i := range pairs {
+				if i == 0 || mode == "own" {
+					pairs[i] = newBenchPair(b, 0)
+				} else {
+					pairs[i] = pairs[0]
+				}
+			}
+			if mode == "shared" {
+				// Two workers' interleaved sequence numbers can fall
+				// outside a 64-packet window; the replay check stays on
+				// for "own".
+				pairs[0].in.win = nil
+			}
+			b.SetBytes(benchBatch * benchSize)
+			b.ReportAllocs()
+			b.ResetTimer()
+			var wg sync.WaitGroup
+			var cpuMu sync.Mutex
+			var cpu time.Duration
+			per := b.N / n
+			for w := 0; w < n; w++ {
+				iters := per
+				if w == 0 {
+					iters += b.N % n
+				}
+				wg.Add(1)
+				go func(bp *benchPair, iters int) {
+					defer wg.Done()
+					runtime.LockOSThread()
+					defer runtime.UnlockOSThread()
+					ps := make([]*Packet, benchBatch)
+					qs := make([]*Packet, benchBatch)
+					for i := range ps {
+						ps[i], qs[i] = bp.pool.Get(), bp.pool.Get()
+					}
+					t0 := threadCPU()
+					for i := 0; i < iters; i++ {
+						for _, p := range ps {
+							p.SetData(bp.plain)
+						}
+						bp.ea.Outbound(ps)
+						for j, q := range qs {
+							q.SetData(ps[j].Data())
+						}
+						bp.eb.Inbound(qs)
+						if qs[0].Verdict != VerdictForward {
+							b.Error(qs[0].Drop)
+							return
+						}
+					}
+					d := threadCPU() - t0
+					cpuMu.Lock()
+					cpu += d
+					cpuMu.Unlock()
+				}(pairs[w], iters)
+			}
+			wg.Wait()
+			b.ReportMetric(float64(cpu)/float64(b.N*benchBatch), "cpu-ns/pkt")
+		})
+	}
+}
+
+// BenchmarkRatioGCM interleaves, batch by batch, the raw AES-128-GCM
+// Seal (or Open) with ESP encapsulation (or decapsulation) through the
+// framework and aesni, timing each with the thread's CPU time (the
+// goroutine is locked to its thread and the crypto runs synchronously in
+// it), and reports esp/raw = raw CPU time / ESP CPU time, i.e. the
+// throughput ratio. On a shared machine this excludes the time other
+// processes hold the core, which separate wall-clock benchmarks suffer.
+// ns/op is wall time for one raw+ESP pair.
+func BenchmarkRatioGCM(b *testing.B) {
+	// Batches per timed interval: amortises the clock_gettime syscall.
+	const ratioReps = 8
+	for _, dir := range []string{"encap", "decap"} {
+		b.Run(dir, func(b *testing.B) {
+			runtime.LockOSThread()
+			defer runtime.UnlockOSThread()
+			bp := newBenchPair(b, 0)
+			blk, _ := aes.NewCipher(make([]byte, 16))
+			gcm, _ := cipher.NewGCM(blk)
+			ps := make([]*Packet, benchBatch)
+			raw := make([][]byte, benchBatch)
+			plain := make([]byte, benchSize+2)
+			ct := gcm.Seal(nil, make([]byte, 12), plain, make([]byte, 8))
+			for i := range ps {
+				ps[i] = bp.pool.Get()
+				raw[i] = make([]byte, len(ct))
+			}
+			nonce, aad := make([]byte, 12), make([]byte, 8)
+			var tRaw, tESP time.Duration
+			var seq uint64
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				t0 := threadCPU()
+				for rep := 0; rep < ratioReps; rep++ {
+					for _, p := range raw {
+						if dir == "encap" {
+							copy(p, plain)
+							seq++
+							binary.BigEndian.PutUint64(nonce[4:], seq)
+							binary.BigEndian.PutUint32(aad[4:], uint32(seq))
+							gcm.Seal(p[:0], nonce, p[:len(plain)], aad)
+						} else {
+							copy(p, ct)
+							if _, err := gcm.Open(p[:0], make([]byte, 12), p, make([]byte, 8)); err != nil {
+								b.Fatal(err)
+							}
+						}
+					}
+				}
+				t1 := threadCPU()
+				for rep := 0; rep < ratioReps; rep++ {
+					if dir == "encap" {
+						for _, p := range ps {
+							p.SetData(bp.plain)
+						}
+						bp.ea.Outbound(ps)
+					} else {
+						for j, p := range ps {
+							p.SetData(bp.wire[j])
+						}
+						bp.in.mu.Lock()
+						bp.in.win.Reset()
+						bp.in.mu.Unlock()
+						bp.eb.Inbound(ps)
+					}
+				}
+				t2 := threadCPU()
+				tRaw += t1 - t0
+				tESP += t2 - t1
+			}
+			b.StopTimer()
+			if ps[0].Verdict != VerdictForward {
+				b.Fatal(ps[0].Drop)
+			}
+			b.ReportMetric(float64(tRaw)/float64(tESP), "esp/raw")
+			b.ReportMetric(float64(tESP)/float64(b.N*benchBatch*ratioReps), "esp-ns/pkt")
+			b.ReportMetric(float64(tRaw)/float64(b.N*benchBatch*ratioReps), "raw-ns/pkt")
+		})
+	}
+}
