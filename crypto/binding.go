@@ -520,13 +520,17 @@ func (b *Binding) flushRetry() {
 		b.cmu.Unlock()
 		acc = len(rs)
 	} else {
+		// These requests are visible to the watchdog and to abandon (they
+		// sit between head and tail): update them under cmu.
 		now := b.f.clock.Load()
+		b.cmu.Lock()
 		for _, r := range rs {
 			r.Status = StatusPending
 			r.Err = nil
 			r.fw.w = w
 			r.fw.t = now
 		}
+		b.cmu.Unlock()
 		w.inflight.Add(int64(len(rs)))
 		acc = w.s.Submit(rs)
 		if acc < len(rs) {

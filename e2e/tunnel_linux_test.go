@@ -41,9 +41,10 @@ func testTunnel(t *testing.T, encap string) {
 	// Only ESP (in UDP/4500, or IP protocol 50) on the wire: no plaintext
 	// TCP, ICMP or UDP.
 	all := tp.tshark(cp.file, "-T", "fields", "-e", "frame.number")
-	wire := "udp.port == 4500 && esp"
+	// (!icmp: an ICMP error quoting an ESP packet is not ESP.)
+	wire := "udp.port == 4500 && esp && !icmp"
 	if encap == "esp" {
-		wire = "ip.proto == 50 && esp"
+		wire = "ip.proto == 50 && esp && !icmp"
 	}
 	notESP := tp.tshark(cp.file, "-Y", "!("+wire+")", "-T", "fields", "-e", "frame.number", "-e", "_ws.col.Protocol", "-e", "_ws.col.Info")
 	if len(all) < 1000 {

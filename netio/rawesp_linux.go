@@ -5,9 +5,11 @@ import (
 	"net"
 	"net/netip"
 	"sync"
+	"syscall"
 
 	"golang.org/x/net/ipv4"
 	"golang.org/x/net/ipv6"
+	"golang.org/x/sys/unix"
 )
 
 // protoESP is the IP protocol number of ESP.
@@ -37,6 +39,13 @@ func ListenRawESP(local netip.Addr) (*RawESP, error) {
 	}
 	c, err := net.ListenPacket(network, local.Unmap().String())
 	if err != nil {
+		return nil, fmt.Errorf("netio: raw esp %v: %w", local, err)
+	}
+	// A burst that overflows the default receive buffer is not only lost:
+	// Linux then answers it with ICMP protocol unreachable, as if nobody
+	// listened. Use the buffers StdNetBind uses for UDP.
+	if err := setSocketBuffers(c, socketBuffer); err != nil {
+		c.Close()
 		return nil, fmt.Errorf("netio: raw esp %v: %w", local, err)
 	}
 	r := &RawESP{local: local.Unmap(), c: c, msgs: make([]ipv4.Message, BatchSize)}
@@ -121,3 +130,34 @@ func (r *RawESP) Send(bufs [][]byte, dst netip.AddrPort) error {
 
 // Close implements Outer.
 func (r *RawESP) Close() error { return r.c.Close() }
+
+// socketBuffer is the receive and send buffer size of raw ESP sockets.
+const socketBuffer = 7 << 20
+
+// setSocketBuffers sets SO_RCVBUF and SO_SNDBUF to size, beyond the
+// sysctl limits when privileged (the *FORCE options), else as far as they
+// allow.
+func setSocketBuffers(c net.PacketConn, size int) error {
+	sc, ok := c.(syscall.Conn)
+	if !ok {
+		return nil
+	}
+	rc, err := sc.SyscallConn()
+	if err != nil {
+		return err
+	}
+	var serr error
+	err = rc.Control(func(fd uintptr) {
+		for _, o := range [][2]int{{unix.SO_RCVBUFFORCE, unix.SO_RCVBUF}, {unix.SO_SNDBUFFORCE, unix.SO_SNDBUF}} {
+			if unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, o[0], size) != nil {
+				if e := unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, o[1], size); e != nil {
+					serr = e
+				}
+			}
+		}
+	})
+	if err != nil {
+		return err
+	}
+	return serr
+}

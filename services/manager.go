@@ -473,6 +473,7 @@ func (m *Manager) Reload(ctx context.Context) (ReloadResult, error) {
 	type change struct {
 		u      *unit
 		def    *Definition
+		old    *Definition
 		wasUp  bool
 		reload bool // apply in place with Reloader
 	}
@@ -496,7 +497,7 @@ func (m *Manager) Reload(ctx context.Context) (ReloadResult, error) {
 		u.mu.Lock()
 		st, b := u.state, u.builtin
 		u.mu.Unlock()
-		c := &change{u: u, def: d, wasUp: st.Active() || st == StateStarting}
+		c := &change{u: u, def: d, old: od, wasUp: st.Active() || st == StateStarting}
 		if _, ok := b.(Reloader); ok && c.wasUp && d.Enabled && d.Err == nil && d.Type == TypeBuiltin && od.Type == TypeBuiltin {
 			c.reload = true
 		}
@@ -566,17 +567,17 @@ func (m *Manager) Reload(ctx context.Context) (ReloadResult, error) {
 			}
 		case c.reload:
 			c.u.logf(slog.LevelInfo, "settings changed; reloading in place")
-			if err := c.u.reload(ctx); err == nil {
-				res.Reloaded = append(res.Reloaded, c.u.name)
+			if err := c.u.reload(ctx); err != nil {
+				// Keep running with the old configuration, and keep the old
+				// definition so that the next reload tries again.
+				c.u.logf(slog.LevelError, "reload failed, keeping the running configuration: %v", err)
+				c.u.mu.Lock()
+				c.u.def = c.old
+				c.u.mu.Unlock()
+				errs = append(errs, fmt.Errorf("%s: %w", c.u.name, err))
 				continue
-			} else {
-				c.u.logf(slog.LevelWarn, "reload failed (%v); restarting", err)
 			}
-			_ = c.u.stop(ctx)
-			if err := m.startLocked(ctx, c.u.name, map[string]bool{}); err != nil {
-				errs = append(errs, err)
-			}
-			res.Restarted = append(res.Restarted, c.u.name)
+			res.Reloaded = append(res.Reloaded, c.u.name)
 		default:
 			c.u.logf(slog.LevelInfo, "settings changed; starting")
 			if err := m.startLocked(ctx, c.u.name, map[string]bool{}); err != nil {

@@ -258,7 +258,7 @@ func (s *session) validate(r *crypto.Request) error {
 		return fmt.Errorf("virtio: request: data length %d exceeds %d: %w", len(r.Data), s.p.opts.MaxData, crypto.ErrInvalidRequest)
 	case s.kind == sessChain && len(r.Data)%16 != 0:
 		return fmt.Errorf("virtio: request: data length %d is not a multiple of 16: %w", len(r.Data), crypto.ErrInvalidRequest)
-	case len(r.AAD) > 16 || len(r.AuthTrailer) > 8:
+	case len(r.AAD) > spec.MaxAAD || len(r.AuthTrailer) > spec.MaxTrailer:
 		return fmt.Errorf("virtio: request: AAD %d / trailer %d bytes too long: %w", len(r.AAD), len(r.AuthTrailer), crypto.ErrInvalidRequest)
 	}
 	return nil

@@ -59,16 +59,18 @@ func TestCommand(t *testing.T) {
 			t.Errorf("packet %d differs after encrypt+decrypt", i)
 		}
 	}
-	// Decrypting twice with the same SA state is fine (fresh engine per
-	// run); decrypting with the wrong key drops everything as bad-icv.
-	bad := filepath.Join(dir, "bad.conf")
-	os.WriteFile(bad, []byte(strings.Replace(c.config("in"), keyCBC, strings.Repeat("0", 32), 1)), 0o600)
-	o, err = run("decrypt", "-f", bad, "-i", enc, "-o", filepath.Join(dir, "x.pcap"))
-	if err != nil || !strings.Contains(o, "bad-icv=8") {
-		t.Errorf("wrong key: %v\n%s", err, o)
-	}
-	if strings.Contains(o, keyCBC) || strings.Contains(o, keySHA1) {
-		t.Error("report contains key material")
+	// A wrong HMAC key fails every ICV; a wrong cipher key passes the
+	// ICV (encrypt-then-MAC) and fails the padding check.
+	for _, k := range []struct{ key, want string }{{keySHA1, "bad-icv=8"}, {keyCBC, "bad-pad=8"}} {
+		bad := filepath.Join(dir, "bad.conf")
+		os.WriteFile(bad, []byte(strings.Replace(c.config("in"), k.key, strings.Repeat("0", len(k.key)), 1)), 0o600)
+		o, err = run("decrypt", "-f", bad, "-i", enc, "-o", filepath.Join(dir, "x.pcap"))
+		if err != nil || !strings.Contains(o, k.want) {
+			t.Errorf("wrong key: %v\n%s", err, o)
+		}
+		if strings.Contains(o, keyCBC) || strings.Contains(o, keySHA1) {
+			t.Error("report contains key material")
+		}
 	}
 	// Errors: missing flag, bad config (position named), missing input.
 	if _, err := run("encrypt", "-f", out, "-i", plain); err == nil || !strings.Contains(err.Error(), "--output") {

@@ -227,7 +227,7 @@ func (s *SPD) LookupLinear(dir Dir, f Flow) (*Policy, bool) {
 type Stats struct {
 	Generation   uint64
 	Policies     int
-	Tuples       [numDirs]int // classifier hash tables per direction
+	Tuples       [3]int // classifier hash tables, indexed by Dir
 	CacheEntries int
 }
 

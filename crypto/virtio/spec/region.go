@@ -26,11 +26,12 @@ type Config struct {
 	MaxSessions int
 }
 
-// Overheads reserved in a data slot beyond the payload.
+// Limits of a data request beyond its payload (a slot reserves room for
+// them).
 const (
+	MaxAAD     = 64 // additional authenticated data
+	MaxTrailer = 16 // ESP authentication trailer (ESN high bits)
 	maxIV      = 16
-	maxAAD     = 16
-	maxTrailer = 8
 	maxHash    = 64
 	ctrlSlot   = 512
 )
@@ -77,7 +78,7 @@ func (c Config) Layout() (Region, error) {
 		off = q.SlotBase + q.Slots*q.SlotSize
 		return nil
 	}
-	half := (OpReqLen + maxIV + maxAAD + maxIV + c.MaxData + maxTrailer + maxHash + 63) &^ 63
+	half := (OpReqLen + maxIV + MaxAAD + maxIV + c.MaxData + MaxTrailer + maxHash + 63) &^ 63
 	for range c.DataQueues {
 		if err := add(c.QueueSize, 2*half); err != nil {
 			return Region{}, err
