@@ -198,10 +198,9 @@ func (b *Binding) Provider() string {
 }
 
 // Status returns a snapshot of the binding's counters.
+// It takes no lock that the data path uses.
 func (b *Binding) Status() BindingStatus {
-	b.smu.Lock()
-	closed := b.closed
-	b.smu.Unlock()
+	closed := b.isClosed.Load()
 	return BindingStatus{
 		ID:           b.id,
 		Alg:          b.alg,
@@ -554,12 +553,21 @@ func (b *Binding) flushRetry() {
 // complete (they are delivered in order as usual), then calls Close
 // bounded by CloseTimeout. Requests the provider never released are
 // abandoned.
+//
+// A drained session of an in-CPU provider (kind software or accelerated,
+// whose Close is immediate) is closed on the caller's goroutine instead:
+// rebinding 1000 bindings then does not flood the scheduler with 1000
+// goroutines competing with the traffic.
 func (f *Framework) retire(w *bsess) {
-	f.goBG(func() {
-		w.retired.Store(true)
-		if w.inflight.Load() == 0 {
-			w.signalDrained()
+	w.retired.Store(true)
+	if w.inflight.Load() == 0 {
+		w.signalDrained()
+		if w.prov.info.Kind != KindHardware {
+			f.closeRetired(w)
+			return
 		}
+	}
+	f.goBG(func() {
 		t := time.NewTimer(f.opts.RequestTimeout)
 		select {
 		case <-w.drained:
@@ -567,15 +575,21 @@ func (f *Framework) retire(w *bsess) {
 			f.log.Warn("crypto: retired session did not drain in time", "provider", w.prov.name(), "binding", w.b.id, "inflight", w.inflight.Load())
 		}
 		t.Stop()
-		ctx, cancel := context.WithTimeout(context.Background(), f.opts.CloseTimeout)
-		err := w.s.Close(ctx)
-		cancel()
-		w.prov.sessions.Add(-1)
-		if err != nil {
-			f.log.Warn("crypto: session close failed", "provider", w.prov.name(), "binding", w.b.id, "error", err.Error())
-		}
-		w.b.abandon(w)
+		f.closeRetired(w)
 	})
+}
+
+// closeRetired closes a retired session, bounded by CloseTimeout, and
+// abandons whatever the provider did not release.
+func (f *Framework) closeRetired(w *bsess) {
+	ctx, cancel := context.WithTimeout(context.Background(), f.opts.CloseTimeout)
+	err := w.s.Close(ctx)
+	cancel()
+	w.prov.sessions.Add(-1)
+	if err != nil {
+		f.log.Warn("crypto: session close failed", "provider", w.prov.name(), "binding", w.b.id, "error", err.Error())
+	}
+	w.b.abandon(w)
 }
 
 var errAbandoned = fmt.Errorf("crypto: session closed without releasing the request: %w", ErrAbandoned)

@@ -484,7 +484,10 @@ func (f *Framework) maintainAll(want func(*Binding) bool) int {
 		next, moved atomic.Int64
 		wg          sync.WaitGroup
 	)
-	workers := min(len(todo), max(2, runtime.GOMAXPROCS(0)))
+	// Leave a P to the traffic, and yield between bindings so that a long
+	// migration never holds the data path's goroutines off a P for a
+	// whole scheduler time slice.
+	workers := min(len(todo), 4, max(1, runtime.GOMAXPROCS(0)-1))
 	for range workers {
 		wg.Add(1)
 		go func() {
@@ -493,6 +496,7 @@ func (f *Framework) maintainAll(want func(*Binding) bool) int {
 				if todo[i].maintain() {
 					moved.Add(1)
 				}
+				runtime.Gosched()
 			}
 		}()
 	}

@@ -31,6 +31,7 @@ func TestMain(m *testing.M) {
 	dir, err := os.MkdirTemp("", "keel-e2e-bin")
 	if err == nil {
 		if os.Geteuid() == 0 {
+			sweepStale()
 			gwBin = filepath.Join(dir, "keel-gw")
 			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 			out, err := exec.CommandContext(ctx, "go", "build", "-o", gwBin, "github.com/keelinit/keel/cmd/keel-gw").CombinedOutput()

@@ -15,6 +15,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -52,6 +53,38 @@ type topo struct {
 	cmds  []*exec.Cmd
 }
 
+// nsPrefix starts the name of every namespace the tests create:
+// nsPrefix + PID + "-" + N + "-" + side.
+const nsPrefix = "keele2e-"
+
+var nsCounter atomic.Int64
+
+// sweepStale deletes namespaces left by test processes that died without
+// cleaning up (killed by a timeout, say).
+func sweepStale() {
+	out, err := exec.Command("ip", "netns", "list").Output()
+	if err != nil {
+		return
+	}
+	for _, l := range strings.Split(string(out), "\n") {
+		f := strings.Fields(l)
+		if len(f) == 0 || !strings.HasPrefix(f[0], nsPrefix) {
+			continue
+		}
+		pid, _, _ := strings.Cut(strings.TrimPrefix(f[0], nsPrefix), "-")
+		if _, err := os.Stat("/proc/" + pid); err == nil {
+			continue // its test is still running
+		}
+		exec.Command("ip", "netns", "del", f[0]).Run()
+	}
+}
+
+// dieWithParent makes a child get SIGKILL when the test process dies, so a
+// killed test leaves no gateways running.
+func dieWithParent(c *exec.Cmd) {
+	c.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+}
+
 // requireTools skips unless root with the tools the tests use.
 func requireTools(t *testing.T, tools ...string) {
 	t.Helper()
@@ -86,13 +119,13 @@ func randHex(t *testing.T, n int) string {
 // and every process started through the topology, whatever happens.
 func newTopo(t *testing.T) *topo {
 	t.Helper()
-	id := fmt.Sprintf("%d%d", os.Getpid()%100000, time.Now().UnixNano()%1000)
+	id := fmt.Sprintf("%s%d-%d-", nsPrefix, os.Getpid(), nsCounter.Add(1))
 	tp := &topo{t: t, dir: t.TempDir()}
 	kab, kba := randHex(t, 20), randHex(t, 20)
 	tp.udpGSO, tp.encap = "YES", "udp"
-	tp.a = &side{name: "A", ns: "keele2eA" + id, outer: outerA, inner: innerA, peer: outerB, peerIn: innerB,
+	tp.a = &side{name: "A", ns: id + "A", outer: outerA, inner: innerA, peer: outerB, peerIn: innerB,
 		outKey: kab, inKey: kba, outSPI: spiAB, inSPI: spiBA}
-	tp.b = &side{name: "B", ns: "keele2eB" + id, outer: outerB, inner: innerB, peer: outerA, peerIn: innerA,
+	tp.b = &side{name: "B", ns: id + "B", outer: outerB, inner: innerB, peer: outerA, peerIn: innerA,
 		outKey: kba, inKey: kab, outSPI: spiBA, inSPI: spiAB}
 	t.Cleanup(tp.cleanup)
 	tp.run("ip", "netns", "add", tp.a.ns)
@@ -167,6 +200,7 @@ func (tp *topo) start(s *side, stdout, stderr io.Writer, env []string, name stri
 	c := exec.Command("ip", append([]string{"netns", "exec", s.ns, name}, args...)...)
 	c.Stdout, c.Stderr = stdout, stderr
 	c.Env = append(os.Environ(), env...)
+	dieWithParent(c)
 	if err := c.Start(); err != nil {
 		tp.t.Fatalf("start %s: %v", name, err)
 	}
@@ -278,6 +312,7 @@ func (tp *topo) capture(s *side, snaplen int) *capture {
 	cp.cmd = exec.Command("ip", "netns", "exec", s.ns, "tcpdump", "-i", "v"+s.name, "-n", "-U", "-B", "16384",
 		"-s", strconv.Itoa(snaplen), "-w", cp.file, "ip")
 	cp.cmd.Stderr = cp.stderr
+	dieWithParent(cp.cmd)
 	if keep := os.Getenv("KEEL_E2E_KEEP"); keep != "" {
 		// Keep the capture of a failed test for inspection.
 		tp.t.Cleanup(func() {
@@ -362,6 +397,7 @@ func (tp *topo) tcpTransfer(from, to *side, n, rate int64, during func()) {
 	sink := exec.Command("ip", "netns", "exec", to.ns, exe, "-test.run=^$", "sink", to.inner+":5001")
 	sink.Env = append(os.Environ(), helperEnv+"=sink")
 	sink.Stdout, sink.Stderr = sinkOut, &sinkErr
+	dieWithParent(sink)
 	if err := sink.Start(); err != nil {
 		tp.t.Fatal(err)
 	}
@@ -376,6 +412,7 @@ func (tp *topo) tcpTransfer(from, to *side, n, rate int64, during func()) {
 	src := exec.Command("ip", "netns", "exec", from.ns, exe, "-test.run=^$", "source", to.inner+":5001")
 	src.Env = append(os.Environ(), helperEnv+"=source", fmt.Sprintf("KEEL_E2E_BYTES=%d", n), fmt.Sprintf("KEEL_E2E_RATE=%d", rate))
 	src.Stdout, src.Stderr = srcOut, &srcErr
+	dieWithParent(src)
 	if err := src.Start(); err != nil {
 		tp.t.Fatal(err)
 	}

@@ -38,7 +38,8 @@ type sadKey struct {
 // An SA that is still present afterwards with the same identity, mode,
 // algorithm and keys keeps its state (sequence numbers, replay window,
 // counters), even across "flush; add ..." of the same SA: restarting the
-// sequence at 1 with the same key would reuse AEAD nonces. SAs removed by
+// sequence at 1 with the same key would reuse AEAD nonces (its lifetimes
+// are kept too: change the SPI to change them). SAs removed by
 // the configuration are closed: their bindings close (zeroing session
 // keys) after in-flight batches finish.
 //

@@ -163,6 +163,31 @@ func (p *Packet) SetData(b []byte) bool {
 	return true
 }
 
+// Front returns the n bytes in front of Data followed by Data, for a
+// writer that prepends its own header (e.g. a TUN virtio-net header) in
+// the headroom; nil when fewer than n bytes of headroom remain. The packet
+// bounds are unchanged.
+func (p *Packet) Front(n int) []byte {
+	if n < 0 || n > p.off {
+		return nil
+	}
+	return p.buf[p.off-n : p.end]
+}
+
+// TrimFront drops the first n bytes of Data (e.g. a virtio-net header read
+// along with the packet); it reports false, changing nothing, when Data is
+// shorter than n.
+func (p *Packet) TrimFront(n int) bool {
+	if n < 0 || n > p.end-p.off {
+		return false
+	}
+	p.off += n
+	return true
+}
+
+// HeadroomLen returns how many bytes precede Data in the buffer.
+func (p *Packet) HeadroomLen() int { return p.off }
+
 // Cap returns the largest Data a reader may place in the packet.
 func (p *Packet) Cap() int { return len(p.buf) - Headroom - Tailroom }
 

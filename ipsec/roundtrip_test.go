@@ -254,3 +254,30 @@ func roundTrip(t *testing.T, pool *Pool, tp topology, sizes []int) {
 	}
 	_ = spd.DirIn
 }
+
+func TestPacketBounds(t *testing.T) {
+	pool := NewPool(100)
+	p := pool.Get()
+	if p.Cap() != 100 || pool.MTU() != 100 || p.HeadroomLen() != Headroom {
+		t.Fatalf("geometry %d %d %d", p.Cap(), pool.MTU(), p.HeadroomLen())
+	}
+	rb := p.ReadBuffer()
+	copy(rb, "0123456789")
+	if !p.Commit(10) || string(p.Data()) != "0123456789" || p.Commit(101) || p.Commit(-1) {
+		t.Fatal("commit")
+	}
+	if !p.TrimFront(4) || string(p.Data()) != "456789" || p.TrimFront(7) {
+		t.Fatal("trim")
+	}
+	if f := p.Front(4); string(f) != "0123456789" || p.Front(Headroom+5) != nil {
+		t.Fatalf("front %q", f)
+	}
+	if p.SetData(make([]byte, 101)) || p.Len() != 0 {
+		t.Fatal("oversized SetData accepted")
+	}
+	if p.ESP() != nil || p.IPPayload() != nil {
+		t.Fatal("ESP view before Outbound")
+	}
+	p.Release()
+	NewPool(0).Put(p) // another pool's packet: ignored
+}

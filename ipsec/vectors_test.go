@@ -229,3 +229,33 @@ func TestVectorsRFC7634(t *testing.T) {
 		tunnel: true, nh: pt[len(pt)-1], iv: iv, inner: pt[:len(pt)-2-pad], esp: esp,
 	})
 }
+
+// TestESNHMACInput checks the encrypt-then-MAC ESN layout independently:
+// ICV = HMAC-SHA1-96(SPI | seq low | IV | ciphertext | seq high) (RFC 4303
+// section 2.2.1 and 3.3.2.1), with the high half transmitted nowhere.
+func TestESNHMACInput(t *testing.T) {
+	e := newTestEngine(t, Options{})
+	authKey := bytes.Repeat([]byte{7}, 20)
+	s := install(t, e, saConfig{Src: netip4(addrA), Dst: netip4(addrB), Proto: setkey.ProtoESP, SPI: 0x4242,
+		Mode: spd.ModeTunnel, ESN: true, ReplayWindow: 64,
+		Alg:    crypto.Algorithm{Cipher: crypto.CipherAESCBC, KeyBits: 128, Auth: crypto.AuthHMACSHA1_96},
+		EncKey: bytes.Repeat([]byte{9}, 16), AuthKey: authKey},
+		anyPolicy(spd.DirOut, spd.ModeTunnel, addrA, addrB))
+	seq := uint64(0x0000000500000007)
+	s.seq.Store(seq - 1)
+	p := packetOf(t, NewPool(0), udpPacket(innerA, innerB, 1, 2, []byte("esn")))
+	e.Outbound([]*Packet{p})
+	if p.Verdict != VerdictForward || p.Seq != seq {
+		t.Fatalf("%v/%v seq %x", p.Verdict, p.Drop, p.Seq)
+	}
+	esp := p.ESP()
+	if binary.BigEndian.Uint32(esp[4:]) != uint32(seq) {
+		t.Fatalf("wire seq %x", esp[4:8])
+	}
+	m := hmac.New(sha1.New, authKey)
+	m.Write(esp[:len(esp)-12])
+	m.Write([]byte{0, 0, 0, 5})
+	if want := m.Sum(nil)[:12]; !bytes.Equal(esp[len(esp)-12:], want) {
+		t.Fatalf("ICV %x, want %x", esp[len(esp)-12:], want)
+	}
+}

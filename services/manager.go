@@ -268,6 +268,14 @@ func (m *Manager) Detail(name string, lines int) (Detail, error) {
 	d := u.getDef()
 	det := Detail{Status: u.snapshot(), Path: d.Path, Provides: d.Provides, Command: d.Argv(), Rcvar: d.Rcvar,
 		Settings: d.Settings, Log: u.ring.last(lines), Keywords: d.Keywords}
+	if d.Type == TypeScript && det.State == StateExited && m.opts.RootDir != "" {
+		// service(8)-style: ask the script itself.
+		line, code := u.scriptStatus(context.Background())
+		det.StatusText = line
+		if code != 0 {
+			det.Reason = fmt.Sprintf("%s status exited %d", d.Path, code)
+		}
+	}
 	for _, j := range cat.Deps[i] {
 		det.Requires = append(det.Requires, cat.Defs[j].Name)
 	}
@@ -645,16 +653,16 @@ func (m *Manager) Shutdown(ctx context.Context) error {
 			smu.Unlock()
 		}
 		if wasUp {
-			smu.Lock()
+			m.mu.Lock()
 			m.stopped = append(m.stopped, u.name)
-			smu.Unlock()
+			m.mu.Unlock()
 		}
 		return nil // keep going: a failed stop must not block the rest
 	}, nil)
 	if m.notify != nil {
 		_ = m.notify.Close()
 	}
-	m.log.Info("shutdown complete", "stopped", len(m.stopped))
+	m.log.Info("shutdown complete", "stopped", len(m.StopOrder()))
 	return errors.Join(errs...)
 }
 

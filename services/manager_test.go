@@ -124,7 +124,7 @@ func TestBootFailurePropagation(t *testing.T) {
 		"etc/rc.d/g":           svc("g", "", "name=g\ncommand=/nonexistent/x\ntype=oneshot\n"),
 		"etc/rc.d/h":           svc("h", "", "name=h\ncommand=/bin/true\ntype=oneshot\nrequired_files=/etc/missing\n"),
 		"etc/rc.d/i":           svc("i", "", "name=i\ncommand=/bin/true\nx=$(id)\n"),
-		"etc/rc.d/s":           "#!/bin/sh\n# PROVIDE: s\n# REQUIRE: a\nname=s\ncase $1 in start) echo started;; stop) echo stopped;; esac\n",
+		"etc/rc.d/s":           "#!/bin/sh\n# PROVIDE: s\n# REQUIRE: a\nname=s\ncase $1 in start) echo started;; stop) echo stopped;; status) echo s is fine;; esac\n",
 	})
 	m := newManager(t, root, nil)
 	err := m.Boot(context.Background())
@@ -158,6 +158,9 @@ func TestBootFailurePropagation(t *testing.T) {
 	}
 	if spans["b"].Start < spans["a"].Ready || spans["c"].Start < spans["b"].Ready {
 		t.Errorf("order violated: %+v", tl.Spans)
+	}
+	if det, err := m.Detail("s", 5); err != nil || det.StatusText != "s is fine" || det.Type != TypeScript {
+		t.Errorf("script status: %+v %v", det, err)
 	}
 	chain := CriticalChain(tl)
 	if len(chain) == 0 {

@@ -77,7 +77,7 @@ type Status struct {
 	State    State         `json:"state"`
 	PID      int           `json:"pid,omitempty"`
 	Since    time.Time     `json:"since,omitzero"`
-	Duration time.Duration `json:"start_duration,omitempty"`
+	Duration time.Duration `json:"start_duration_ns,omitempty"`
 	Reason   string        `json:"reason,omitempty"`
 	Restarts int           `json:"restarts,omitempty"`
 	// StatusText is the last STATUS= sent over sd_notify, or a builtin's status.
@@ -102,14 +102,14 @@ type Detail struct {
 type Span struct {
 	Name     string        `json:"name"`
 	State    State         `json:"state"`
-	Start    time.Duration `json:"start"` // since boot start; when it began starting
-	Ready    time.Duration `json:"ready"` // since boot start; when it was done
+	Start    time.Duration `json:"start_ns"` // since boot start; when it began starting
+	Ready    time.Duration `json:"ready_ns"` // since boot start; when it was done
 	Requires []string      `json:"requires,omitempty"`
 }
 
 // Timeline is the boot record used by keelctl boot plot and critical-chain.
 type Timeline struct {
 	Started  time.Time     `json:"started"`
-	Finished time.Duration `json:"finished"` // boot duration; 0 while booting
+	Finished time.Duration `json:"finished_ns"` // boot duration; 0 while booting
 	Spans    []Span        `json:"spans"`
 }

@@ -484,6 +484,31 @@ func (u *unit) restartProc(d *Definition, gen int) (*proc, error) {
 	return np, nil
 }
 
+// scriptStatus runs "/bin/sh script status" for a legacy script and
+// returns its first output line and exit code.
+func (u *unit) scriptStatus(ctx context.Context) (string, int) {
+	d := u.getDef()
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	argv := append(d.Argv(), "status")
+	if u.m.opts.RootDir != "" {
+		argv[1] = filepath.Join(u.m.opts.RootDir, d.Path)
+	}
+	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
+	cmd.Env = u.m.childEnv(d)
+	cmd.Dir = "/"
+	out, err := cmd.Output()
+	line, _, _ := strings.Cut(strings.TrimSpace(string(out)), "\n")
+	if err != nil {
+		var ee *exec.ExitError
+		if errors.As(err, &ee) {
+			return line, ee.ExitCode()
+		}
+		return err.Error(), -1
+	}
+	return line, 0
+}
+
 // reload applies the unit's current definition in place (Reloader).
 func (u *unit) reload(ctx context.Context) error {
 	u.op.Lock()

@@ -13,9 +13,13 @@
 // and the dataplane's ipsec_tun, ipsec_local, ipsec_peer, ipsec_encap,
 // ipsec_tun_addr, ipsec_tun_mtu, ipsec_routes, ipsec_natt_port.
 //
+// Providers are cryptosoft, aesni and virtio (an emulated virtio-crypto
+// device in a separate process, package crypto/virtio).
+//
 // The control socket takes one command per connection and answers with
 // one line ("ok", an error, or JSON): "kldload NAME", "kldunload NAME",
-// "status" (gateway counters, SAs without keys, providers).
+// "status" (gateway counters, SAs without keys, providers), "virtio-pid"
+// (the virtio device process, for fault tests).
 package main
 
 import (
@@ -31,18 +35,22 @@ import (
 	"os/signal"
 	"runtime/pprof"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
 	"github.com/keelinit/keel/crypto"
 	"github.com/keelinit/keel/crypto/aesni"
 	"github.com/keelinit/keel/crypto/cryptosoft"
+	"github.com/keelinit/keel/crypto/virtio"
 	"github.com/keelinit/keel/ipsec"
 	"github.com/keelinit/keel/ipsec/dataplane"
 	"github.com/keelinit/keel/ipsec/setkey"
 )
 
 func main() {
+	// The virtio provider's device process may be a re-exec of this binary.
+	virtio.RunDeviceIfRequested()
 	ctl := flag.String("ctl", "", "control socket path")
 	pidfile := flag.String("pidfile", "", "write the PID here once the gateway is up")
 	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile here until exit")
@@ -72,8 +80,36 @@ func main() {
 	}
 }
 
-func provider(name string) (crypto.Provider, error) {
+// provider starts the named provider. virtio starts its device process; when
+// the device dies the provider is failed over (ReportFault), deregistered and
+// closed, as the virtio module does in keeld.
+func provider(ctx context.Context, fw *crypto.Framework, name string) (crypto.Provider, error) {
 	switch name {
+	case "virtio":
+		var mu sync.Mutex
+		var self *virtio.Provider
+		p, err := virtio.Start(ctx, virtio.Options{OnFault: func(err error) {
+			fw.ReportFault(virtio.ModuleName, err)
+			dctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			fw.Deregister(dctx, virtio.ModuleName)
+			mu.Lock()
+			q := self
+			mu.Unlock()
+			if q != nil {
+				q.Close(dctx)
+			}
+		}})
+		if err != nil {
+			return nil, err
+		}
+		mu.Lock()
+		self = p
+		mu.Unlock()
+		virtioMu.Lock()
+		virtioProv = p
+		virtioMu.Unlock()
+		return p, nil
 	case "cryptosoft":
 		return cryptosoft.New(), nil
 	case "aesni":
@@ -82,8 +118,13 @@ func provider(name string) (crypto.Provider, error) {
 		}
 		return aesni.New(), nil
 	}
-	return nil, fmt.Errorf("unknown provider %q (want cryptosoft or aesni)", name)
+	return nil, fmt.Errorf("unknown provider %q (want cryptosoft, aesni or virtio)", name)
 }
+
+var (
+	virtioMu   sync.Mutex
+	virtioProv *virtio.Provider // the last virtio provider started
+)
 
 func run(vars map[string]string, ctlPath, pidfile string) error {
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
@@ -99,7 +140,7 @@ func run(vars map[string]string, ctlPath, pidfile string) error {
 	fw := crypto.New(crypto.Options{Logger: log})
 	defer fw.Close(context.Background())
 	for _, name := range strings.Fields(get("kld_list")) {
-		p, err := provider(name)
+		p, err := provider(ctx, fw, name)
 		if err != nil {
 			return fmt.Errorf("kld_list: %w", err)
 		}
@@ -190,11 +231,20 @@ func serve(ctx context.Context, l net.Listener, fw *crypto.Framework, eng *ipsec
 			case len(f) == 1 && f[0] == "status":
 				json.NewEncoder(c).Encode(Snapshot{Gateway: gw.Status(), SAs: eng.SAs(), Providers: fw.Providers()})
 			case len(f) == 2 && f[0] == "kldload":
-				p, err := provider(f[1])
+				p, err := provider(ctx, fw, f[1])
 				if err == nil {
 					err = fw.Register(ctx, p)
 				}
 				reply(err)
+			case len(f) == 1 && f[0] == "virtio-pid":
+				virtioMu.Lock()
+				p := virtioProv
+				virtioMu.Unlock()
+				if p == nil {
+					reply(errors.New("virtio not loaded"))
+				} else {
+					fmt.Fprintln(c, p.Pid())
+				}
 			case len(f) == 2 && f[0] == "kldunload":
 				reply(fw.Deregister(ctx, f[1]))
 			default:

@@ -124,6 +124,18 @@ func (a *app) statusCmd() *cobra.Command {
 					return a.printJSON(st)
 				}
 				printTable(a.out, st)
+				var info api.BootInfo
+				if err := c.Get(ctx, "/v1/boot/status", nil, &info); err == nil {
+					if !info.Booted {
+						fmt.Fprintln(a.out, "boot in progress")
+					}
+					if info.Stopping {
+						fmt.Fprintln(a.out, "shutting down")
+					}
+					for _, p := range info.Problems {
+						fmt.Fprintln(a.out, "rcorder: "+p)
+					}
+				}
 				return nil
 			}
 			var d services.Detail
@@ -503,7 +515,29 @@ func (a *app) timeline() (services.Timeline, error) {
 }
 
 func (a *app) bootCmd() *cobra.Command {
-	cmd := &cobra.Command{Use: "boot", Short: "Boot timeline: plot and critical chain"}
+	cmd := &cobra.Command{
+		Use:   "boot",
+		Short: "Boot timeline (table), plot and critical chain",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			tl, err := a.timeline()
+			if err != nil {
+				return err
+			}
+			if a.json {
+				return a.printJSON(tl)
+			}
+			spans := append([]services.Span(nil), tl.Spans...)
+			sort.SliceStable(spans, func(i, j int) bool { return spans[i].Start < spans[j].Start })
+			fmt.Fprintf(a.out, "boot finished after %s\n", dur(tl.Finished))
+			tw := tabwriter.NewWriter(a.out, 0, 4, 2, ' ', 0)
+			fmt.Fprintln(tw, "SERVICE\tSTATE\tSTART\tREADY\tTOOK\tREQUIRES")
+			for _, s := range spans {
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", s.Name, s.State, dur(s.Start), dur(s.Ready), dur(s.Ready-s.Start), orDash(s.Requires))
+			}
+			return tw.Flush()
+		},
+	}
 	cmd.AddCommand(&cobra.Command{
 		Use:   "plot",
 		Short: "Write the boot timeline as an SVG Gantt chart to stdout",

@@ -53,13 +53,14 @@ type settings struct {
 }
 
 func main() {
-	if err := rootCmd().Execute(); err != nil {
+	if err := rootCmd(run).Execute(); err != nil {
 		fmt.Fprintln(os.Stderr, "keeld:", err)
 		os.Exit(1)
 	}
 }
 
-func rootCmd() *cobra.Command {
+// rootCmd builds the keeld command; runFn receives the resolved settings.
+func rootCmd(runFn func(context.Context, settings) error) *cobra.Command {
 	v := viper.New()
 	cmd := &cobra.Command{
 		Use:           "keeld",
@@ -72,7 +73,7 @@ func rootCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			return run(cmd.Context(), s)
+			return runFn(cmd.Context(), s)
 		},
 	}
 	f := cmd.Flags()

@@ -42,8 +42,10 @@ func (f Fault) String() string {
 	return "fault(?)"
 }
 
-// maxCompensation caps the emulator lateness absorbed per interrupt.
-const maxCompensation = 100 * time.Microsecond
+// maxCompensation caps the emulator lateness absorbed per interrupt: a
+// scheduler time slice on a loaded machine. Longer stalls of the emulator
+// count as lost device time.
+const maxCompensation = 5 * time.Millisecond
 
 var (
 	errSlotBusy = errors.New("glxsb: operation slot busy")

@@ -119,7 +119,7 @@ func TestFrameworkFailover(t *testing.T) {
 				defer cancel()
 				fw.Close(ctx)
 			}()
-			p, err := glxsb.New(glxsb.Options{OpTimeout: 300 * time.Millisecond, OnFault: func(err error) { fw.ReportFault("glxsb", err) }})
+			p, err := glxsb.New(glxsb.Options{OpTimeout: 2 * time.Second, OnFault: func(err error) { fw.ReportFault("glxsb", err) }})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -434,12 +434,26 @@ func (p *Provider) pushDoneLocked(op *devOp) {
 func (p *Provider) intr(op *devOp) {
 	p.mu.Lock()
 	p.devBusy = false
-	if p.slotOp == op {
+	live := p.slotOp == op
+	if live {
 		p.slotOp = nil
-		p.pushDoneLocked(op)
 	}
 	// Otherwise op was abandoned (timeout, or its session closed): a late
 	// completion is discarded and op, referenced by nobody else, dropped.
+	//
+	// Refill the slot before waking the completion goroutine (which may
+	// cost a thread wake-up), when the next request is startable; failed
+	// requests behind op are passed on after it, keeping the order.
+	if !p.opts.Blocking && p.dead == nil && p.flen > 0 && p.fifo[p.fhead].err == nil {
+		next := p.fifo[p.fhead]
+		p.fifo[p.fhead] = nil
+		p.fhead = (p.fhead + 1) % len(p.fifo)
+		p.flen--
+		p.startLocked(next)
+	}
+	if live {
+		p.pushDoneLocked(op)
+	}
 	if !p.opts.Blocking && p.dead == nil {
 		p.startNextLocked()
 	}

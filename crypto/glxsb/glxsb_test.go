@@ -400,7 +400,13 @@ func TestFaultsMidTraffic(t *testing.T) {
 		t.Run(tc.fault.String(), func(t *testing.T) {
 			var faults atomic.Int32
 			faulted := make(chan error, 1)
-			p := newProvider(t, Options{QueueLen: 32, SetupLatency: 50 * time.Microsecond, OpTimeout: 100 * time.Millisecond,
+			// Only the hang case relies on the watchdog; elsewhere a long
+			// timeout keeps a preempted emulator from looking hung.
+			opTimeout := waitLimit
+			if tc.fault == FaultHang {
+				opTimeout = 100 * time.Millisecond
+			}
+			p := newProvider(t, Options{QueueLen: 32, SetupLatency: 50 * time.Microsecond, OpTimeout: opTimeout,
 				OnFault: func(err error) { faults.Add(1); faulted <- err }})
 			const sessions, perSession = 4, 200
 			type rec struct {

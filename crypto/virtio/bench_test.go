@@ -1,3 +1,5 @@
+//go:build linux
+
 package virtio_test
 
 import (

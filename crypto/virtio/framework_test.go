@@ -1,3 +1,5 @@
+//go:build linux
+
 package virtio_test
 
 import (
@@ -227,7 +229,7 @@ func TestFailoverOnDeviceDeath(t *testing.T) {
 			fw := quietFW(t, crypto.Options{Hysteresis: 1e6, RequestTimeout: 5 * time.Second})
 			var p *virtio.Provider
 			ready := make(chan struct{})
-			p = start(t, virtio.Options{KickTimeout: 300 * time.Millisecond, OnFault: func(err error) {
+			p = start(t, virtio.Options{KickTimeout: time.Second, OnFault: func(err error) {
 				<-ready
 				fw.ReportFault("virtio", err)
 				ctx, cancel := context.WithTimeout(context.Background(), waitLimit)

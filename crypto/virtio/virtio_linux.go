@@ -639,8 +639,9 @@ func (v *vq) completer() {
 	}
 }
 
-// reap processes the used ring and delivers what completed, in order. It
-// returns true when the queue is stopping.
+// reap processes the used ring and delivers what completed, in order
+// (failing everything still in flight if the device is dead or the queue
+// stopping). It returns true when the queue is stopping.
 func (v *vq) reap() bool {
 	used := v.q.UsedIdx()
 	for v.lastUsed != used {
@@ -658,11 +659,13 @@ func (v *vq) reap() bool {
 		v.mu.Unlock()
 	}
 	v.mu.Lock()
-	if v.stopping {
-		v.mu.Unlock()
-		return true
-	}
+	stopping := v.stopping
 	dead := v.dead
+	if stopping && dead == nil {
+		// Never leave a request behind, even if the provider is torn down
+		// with requests queued.
+		dead = fmt.Errorf("virtio: provider closed: %w", crypto.ErrDeviceGone)
+	}
 	v.batch = v.batch[:0]
 	for v.flen > 0 {
 		i := v.fifo[v.fhead]
@@ -678,11 +681,10 @@ func (v *vq) reap() bool {
 		v.batch = append(v.batch, i)
 	}
 	v.mu.Unlock()
-	if len(v.batch) == 0 {
-		return false
+	if len(v.batch) > 0 {
+		v.deliver(v.batch)
 	}
-	v.deliver(v.batch)
-	return false
+	return stopping
 }
 
 // deliver finishes and completes the slots (outside the lock: the slots

@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"net/netip"
 	"testing"
-	"unsafe"
 
 	"github.com/keelinit/keel/ipsec"
 	"github.com/keelinit/keel/netio"
@@ -43,7 +42,6 @@ type hotPath struct {
 	out, in      []*ipsec.Packet
 	plain        [][]byte
 	send, wbufs  [][]byte
-	bases        []uintptr
 	c            batchCounters
 }
 
@@ -59,7 +57,6 @@ func newHotPath(tb testing.TB, batch, size int) *hotPath {
 		h.in = append(h.in, h.inPool.Get())
 		h.plain = append(h.plain, udp4(inA, inB, make([]byte, size-28)))
 	}
-	h.bases = make([]uintptr, batch)
 	return h
 }
 
@@ -71,13 +68,11 @@ func (h *hotPath) run() int {
 	h.send = h.a.forwardOut(h.out, h.send, &h.c)
 	for i, esp := range h.outA.last {
 		p := h.in[i]
-		rb := p.ReadBuffer()
-		h.bases[i] = uintptr(unsafe.Pointer(unsafe.SliceData(rb)))
-		p.Commit(copy(rb, esp))
+		p.Commit(copy(p.ReadBuffer(), esp))
 		p.Frame, p.Src, p.Dst = ipsec.FrameUDP, netip.AddrPortFrom(gwA, 4500), netip.AddrPortFrom(gwB, 4500)
 	}
 	before := h.tunB.n
-	h.wbufs, _ = h.b.forwardIn(h.in[:len(h.outA.last)], h.bases, h.in[0].Cap(), h.wbufs, &h.c)
+	h.wbufs, _ = h.b.forwardIn(h.in[:len(h.outA.last)], h.wbufs, &h.c)
 	return h.tunB.n - before
 }
 

@@ -385,23 +385,3 @@ func TestPolicyRoutes(t *testing.T) {
 		}
 	}
 }
-
-func TestWithHeadroom(t *testing.T) {
-	pool := ipsec.NewPool(4096)
-	p := pool.Get()
-	defer p.Release()
-	rb := p.ReadBuffer()
-	base := uintptrOf(rb)
-	p.SetData([]byte{1, 2, 3, 4})
-	w, ok := withHeadroom(p.Data(), base, len(rb))
-	if !ok || len(w) != netio.TUNOffset+4 || !bytes.Equal(w[netio.TUNOffset:], []byte{1, 2, 3, 4}) {
-		t.Fatalf("withHeadroom = %v, %v", w, ok)
-	}
-	if _, ok := withHeadroom(nil, base, len(rb)); ok {
-		t.Fatal("empty data accepted")
-	}
-	other := make([]byte, 64)
-	if _, ok := withHeadroom(other[:4], base, len(rb)); ok {
-		t.Fatal("foreign slice accepted")
-	}
-}

@@ -10,7 +10,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
-	"unsafe"
 
 	"github.com/keelinit/keel/ipsec"
 	"github.com/keelinit/keel/ipsec/spd"
@@ -140,7 +139,9 @@ type Gateway struct {
 // raw ESP socket on cfg.Local), puts cfg.Addrs on the TUN, routes cfg.Routes
 // (or, when empty, the destination of every outbound ipsec policy of eng)
 // into it, brings it up and starts the loops. eng must be configured (Apply)
-// before or after Start and outlive the gateway. It needs CAP_NET_ADMIN
+// before Start when the routes come from its policies (they are set once;
+// after a policy change call netio.ConfigureInterface with PolicyRoutes
+// again), and must outlive the gateway. It needs CAP_NET_ADMIN
 // (and CAP_NET_RAW for raw ESP). ctx bounds only the setup; stop the gateway
 // with Close.
 func Start(ctx context.Context, eng *ipsec.Engine, cfg Config) (*Gateway, error) {
@@ -202,7 +203,8 @@ func PolicyRoutes(pols []spd.Policy) []netip.Prefix {
 }
 
 // New starts a gateway on already open I/O (real or netio/netiotest fakes).
-// The gateway owns t and o from now on and closes them on Close.
+// On success the gateway owns t and o and closes them on Close; on error the
+// caller still owns them.
 func New(eng *ipsec.Engine, t netio.TUN, o netio.Outer, cfg Config) (*Gateway, error) {
 	cfg.defaults()
 	if eng == nil || t == nil || o == nil {
@@ -304,10 +306,14 @@ func (g *Gateway) outbound() {
 	send := make([][]byte, 0, len(pkts))
 	var c batchCounters
 	errs := 0
+	// Packets are prepared (reset to an empty read buffer) once here and
+	// afterwards only those the previous batch used.
+	used := len(pkts)
 	for {
-		for i, p := range pkts {
+		for i, p := range pkts[:used] {
 			bufs[i] = p.ReadBuffer()
 		}
+		used = 0
 		n, err := g.tun.Read(bufs, sizes, 0)
 		if err != nil && n == 0 {
 			stop := g.readFailed(err, &errs, &c)
@@ -318,6 +324,7 @@ func (g *Gateway) outbound() {
 			continue
 		}
 		errs = 0
+		used = n
 		batch := pkts[:n]
 		for i, p := range batch {
 			p.Commit(sizes[i])
@@ -399,14 +406,11 @@ func (g *Gateway) inbound(r netio.Receiver) {
 		}
 	}()
 	bufs := make([][]byte, len(pkts))
-	bases := make([]uintptr, len(pkts))
 	sizes := make([]int, len(pkts))
 	srcs := make([]netip.AddrPort, len(pkts))
 	batch := make([]*ipsec.Packet, 0, len(pkts))
-	bbases := make([]uintptr, 0, len(pkts))
 	wbufs := make([][]byte, 0, len(pkts))
 	frame := frameOf(r.Kind)
-	readLen := pkts[0].Cap()
 	var local netip.AddrPort
 	if g.cfg.Local.IsValid() {
 		port := uint16(0)
@@ -417,11 +421,12 @@ func (g *Gateway) inbound(r netio.Receiver) {
 	}
 	var c batchCounters
 	errs := 0
+	used := len(pkts) // see outbound
 	for {
-		for i, p := range pkts {
+		for i, p := range pkts[:used] {
 			bufs[i] = p.ReadBuffer()
-			bases[i] = uintptr(unsafe.Pointer(unsafe.SliceData(bufs[i])))
 		}
+		used = 0
 		n, err := r.Receive(bufs, sizes, srcs)
 		if err != nil && n == 0 {
 			stop := g.readFailed(err, &errs, &c)
@@ -432,7 +437,8 @@ func (g *Gateway) inbound(r netio.Receiver) {
 			continue
 		}
 		errs = 0
-		batch, bbases = batch[:0], bbases[:0]
+		used = n
+		batch = batch[:0]
 		for i := 0; i < n; i++ {
 			if sizes[i] <= 0 {
 				continue
@@ -445,13 +451,12 @@ func (g *Gateway) inbound(r netio.Receiver) {
 			c.read++
 			c.readBytes += uint64(sizes[i])
 			batch = append(batch, p)
-			bbases = append(bbases, bases[i])
 		}
 		if len(batch) == 0 {
 			continue
 		}
 		var stop bool
-		wbufs, stop = g.forwardIn(batch, bbases, readLen, wbufs, &c)
+		wbufs, stop = g.forwardIn(batch, wbufs, &c)
 		if stop {
 			return
 		}
@@ -461,18 +466,19 @@ func (g *Gateway) inbound(r netio.Receiver) {
 }
 
 // forwardIn runs a received batch through the engine and writes the inner
-// packets to the TUN in one Write. bases[i] is the address of batch[i]'s
-// ReadBuffer and readLen its length. wbufs is scratch space, returned for
-// reuse; stop reports that the gateway is closing.
-func (g *Gateway) forwardIn(batch []*ipsec.Packet, bases []uintptr, readLen int, wbufs [][]byte, c *batchCounters) ([][]byte, bool) {
+// packets to the TUN in one Write, each with netio.TUNOffset bytes of its
+// headroom in front (where the TUN puts its virtio-net header) and its
+// buffer's spare capacity behind (where GRO coalesces). wbufs is scratch
+// space, returned for reuse; stop reports that the gateway is closing.
+func (g *Gateway) forwardIn(batch []*ipsec.Packet, wbufs [][]byte, c *batchCounters) ([][]byte, bool) {
 	g.eng.Inbound(batch)
 	wbufs = wbufs[:0]
 	var bytes uint64
-	for i, p := range batch {
+	for _, p := range batch {
 		switch p.Verdict {
 		case ipsec.VerdictForward:
-			w, ok := withHeadroom(p.Data(), bases[i], readLen)
-			if !ok {
+			w := p.Front(netio.TUNOffset)
+			if w == nil {
 				c.drops[dropNoHeadroom]++
 				continue
 			}
@@ -501,24 +507,4 @@ func (g *Gateway) forwardIn(batch []*ipsec.Packet, bases []uintptr, readLen int,
 	}
 	clear(wbufs)
 	return wbufs, false
-}
-
-// withHeadroom returns d extended by netio.TUNOffset bytes in front (the TUN
-// writes its virtio-net header there) with d's spare capacity, or false when
-// d does not start at least TUNOffset bytes into its buffer. readBase is the
-// address of the packet's ReadBuffer, which starts ipsec.Headroom bytes into
-// the buffer, and readLen its length; a decapsulated packet never starts
-// before it minus the engine's largest synthesised header.
-func withHeadroom(d []byte, readBase uintptr, readLen int) ([]byte, bool) {
-	if len(d) == 0 {
-		return nil, false
-	}
-	p := uintptr(unsafe.Pointer(unsafe.SliceData(d)))
-	bufStart := readBase - ipsec.Headroom
-	if p < bufStart+netio.TUNOffset || p+uintptr(len(d)) > readBase+uintptr(readLen)+ipsec.Tailroom {
-		return nil, false
-	}
-	start := unsafe.Add(unsafe.Pointer(unsafe.SliceData(d)), -netio.TUNOffset)
-	w := unsafe.Slice((*byte)(start), netio.TUNOffset+cap(d))
-	return w[:netio.TUNOffset+len(d)], true
 }

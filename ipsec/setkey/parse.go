@@ -47,37 +47,51 @@ func Parse(name string, r io.Reader) (*Config, error) {
 }
 
 func parseBytes(name string, src []byte) (*Config, error) {
-	toks, err := lex(name, src)
-	if err != nil {
-		return nil, err
-	}
-	p := &parser{file: name, src: src, toks: toks}
+	p := &parser{file: name, src: src, lx: newLexer(name, src)}
+	p.cur = p.lx.next()
 	cfg := &Config{}
 	for p.peek().kind != tokEOF {
 		op, err := p.statement()
 		if err != nil {
 			cfg.Zero()
-			return nil, err
+			return nil, p.firstError(err)
 		}
 		cfg.Ops = append(cfg.Ops, op)
 	}
 	return cfg, nil
 }
 
+// firstError returns whichever of a parse error and the lexer's error (if
+// any) comes first in the file: a parse error caused by the error token is
+// reported as the lexical error it stands for.
+func (p *parser) firstError(err error) error {
+	le := p.lx.err
+	pe, ok := err.(*ParseError)
+	if le == nil || !ok {
+		return err
+	}
+	if le.Line < pe.Line || le.Line == pe.Line && le.Col <= pe.Col {
+		return le
+	}
+	return pe
+}
+
 type parser struct {
 	file string
 	src  []byte
-	toks []token
-	i    int
+	lx   *lexer
+	cur  token // next token (peeked)
+	prev token // last token returned by next
 }
 
-func (p *parser) peek() token { return p.toks[p.i] }
+func (p *parser) peek() token { return p.cur }
 
 func (p *parser) next() token {
-	t := p.toks[p.i]
-	if t.kind != tokEOF {
-		p.i++
+	t := p.cur
+	if t.kind != tokEOF && t.kind != tokErr {
+		p.cur = p.lx.next()
 	}
+	p.prev = t
 	return t
 }
 
@@ -111,6 +125,8 @@ func (p *parser) describe(t token) string {
 		return "';'"
 	case tokString:
 		return "a quoted string"
+	case tokErr:
+		return "an invalid token"
 	}
 	return safeQuote(p.src[t.off:t.end])
 }
@@ -627,7 +643,7 @@ func (p *parser) add(pos Pos) (sa *SA, err error) {
 			}
 		}
 	}
-	end := p.toks[p.i-1] // the ';'
+	end := p.prev // the ';'
 	if enc == nil {
 		return sa, p.err(end, "encryption algorithm", "expected -E before ';' (ESP needs an encryption algorithm; use -E null for integrity only)")
 	}

@@ -245,6 +245,8 @@ func TestParseErrors(t *testing.T) {
 		{"flush junk", "flush ah;", 1, 7, "flush", `expected ';', got "ah"`},
 		{"unterminated string", "add 1.2.3.4 1.2.3.5 esp 300 -E aes-cbc \"abc\n;", 1, 40, "string", "unterminated quoted string"},
 		{"control char", "flush;\x01", 1, 7, "", "unexpected control character 0x01"},
+		{"parse error before lex error", "frobnicate \x01;", 1, 1, "command", `got "frobnicate"`},
+		{"lex error inside statement", "flush;\nadd 1.2.3.4 \x7f", 2, 13, "", "unexpected control character 0x7f"},
 		{"bad address", "add 1.2.3 1.2.3.5 esp 300;", 1, 5, "source address", `expected a numeric IPv4 or IPv6 address, got "1.2.3"`},
 		{"hostname", "add 1.2.3.4 gw.example esp 300;", 1, 13, "destination address", "numeric"},
 		{"zone", "add fe80::1%eth0 fe80::2 esp 300;", 1, 5, "source address", "numeric"},

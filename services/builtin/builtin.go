@@ -138,7 +138,10 @@ func (c *cryptodevService) Start(ctx context.Context, env services.BuiltinEnv) e
 	c.loaded = nil
 	for _, name := range strings.Fields(env.Config.Get("cryptodev_modules")) {
 		if err := loadOne(s.modCtx(ctx), s, env.Log, name); err != nil {
-			return err
+			// Leave nothing half-started behind: Stop is only called
+			// after a successful Start.
+			_ = c.Stop(context.WithoutCancel(ctx))
+			return fmt.Errorf("cryptodev_modules: %w", err)
 		}
 		c.loaded = append(c.loaded, name)
 	}
@@ -262,24 +265,47 @@ func bestThroughput(p crypto.ProviderStatus) string {
 type kldService struct {
 	sys    *System
 	loaded []string
+
+	mu     sync.Mutex
+	failed []string // "name: reason" of modules that did not load
 }
 
 func (k *kldService) Settings(env services.BuiltinEnv) map[string]string {
 	return map[string]string{"kld_list": env.Config.Get("kld_list")}
 }
 
-// Start loads kld_list one module at a time, in list order.
+// Start loads kld_list one module at a time, in list order. Like
+// FreeBSD's rc.d/kld, a module that fails to load (unknown, quarantined by
+// its self-tests...) is reported and skipped, and the others still load:
+// a missing accelerator must not keep the appliance from booting on the
+// providers it has. Start fails only if nothing in a non-empty list loaded
+// or ctx ended.
 func (k *kldService) Start(ctx context.Context, env services.BuiltinEnv) error {
 	k.loaded = nil
-	for _, name := range strings.Fields(env.Config.Get("kld_list")) {
+	var failed []string
+	var errs []error
+	list := strings.Fields(env.Config.Get("kld_list"))
+	for _, name := range list {
 		name = strings.TrimSuffix(name[strings.LastIndexByte(name, '/')+1:], ".ko")
 		already := k.sys.loader.IsLoaded(name)
 		if err := loadOne(k.sys.modCtx(ctx), k.sys, env.Log, name); err != nil {
-			return fmt.Errorf("kld_list: %w", err)
+			if ctx.Err() != nil {
+				return fmt.Errorf("kld_list: %w", err)
+			}
+			env.Log.Warn(fmt.Sprintf("kld_list: %s not loaded: %v", name, err))
+			failed = append(failed, name+": "+err.Error())
+			errs = append(errs, err)
+			continue
 		}
 		if !already {
 			k.loaded = append(k.loaded, name)
 		}
+	}
+	k.mu.Lock()
+	k.failed = failed
+	k.mu.Unlock()
+	if len(list) > 0 && len(errs) == len(list) {
+		return fmt.Errorf("kld_list: nothing loaded: %w", errors.Join(errs...))
 	}
 	return nil
 }
@@ -303,7 +329,13 @@ func (k *kldService) Status() string {
 			names = append(names, st.Name)
 		}
 	}
-	return fmt.Sprintf("%d module(s) loaded: %s", len(names), strings.Join(names, " "))
+	out := fmt.Sprintf("%d module(s) loaded: %s", len(names), strings.Join(names, " "))
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if len(k.failed) > 0 {
+		out += "; FAILED: " + strings.Join(k.failed, "; ")
+	}
+	return out
 }
 
 // Collectors returns the Prometheus collectors of the crypto framework

@@ -229,3 +229,63 @@ func TestApplianceBuiltins(t *testing.T) {
 		t.Error("subsystems still running after shutdown")
 	}
 }
+
+func TestCryptodevFailureBlocksDependents(t *testing.T) {
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	sys := New(Options{CalibrationBudget: 2 * time.Millisecond, Logger: log})
+	rt := t.TempDir()
+	m, err := services.New(services.Options{
+		Root:       appliance(t, "cryptodev_modules=\"cryptosoft nosuchprovider\"\nsyslogd_enable=NO\n"),
+		RuntimeDir: rt, Logger: log, Seed: map[string]string{"keel_runtime_dir": rt},
+		Builtins: sys.Builtins(), LoadModules: sys.LoadModules,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	defer sys.Close(ctx)
+	defer m.Shutdown(ctx)
+	if err := m.Boot(ctx); err == nil || !strings.Contains(err.Error(), "cryptodev") {
+		t.Fatalf("boot: %v", err)
+	}
+	st := map[string]services.Status{}
+	for _, s := range m.Status() {
+		st[s.Name] = s
+	}
+	if s := st["cryptodev"]; s.State != services.StateFailed || !strings.Contains(s.Reason, "nosuchprovider") {
+		t.Errorf("cryptodev: %+v", s)
+	}
+	for _, n := range []string{"kld", "ipsec", "pktgen"} {
+		if s := st[n]; s.State != services.StateBlocked || s.Reason != "blocked by cryptodev" {
+			t.Errorf("%s: %+v", n, s)
+		}
+	}
+	if sys.Framework() != nil || sys.Loader().IsLoaded("cryptosoft") {
+		t.Error("failed cryptodev left its framework or modules behind")
+	}
+}
+
+func TestKldSkipsModulesThatFail(t *testing.T) {
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	sys := New(Options{CalibrationBudget: 2 * time.Millisecond, Logger: log})
+	rt := t.TempDir()
+	m, err := services.New(services.Options{
+		Root:       appliance(t, "kld_list=\"nosuchmodule cryptosoft\"\nsyslogd_enable=NO\npktgen_enable=NO\n"),
+		RuntimeDir: rt, Logger: log, Seed: map[string]string{"keel_runtime_dir": rt},
+		Builtins: sys.Builtins(), LoadModules: sys.LoadModules,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	defer sys.Close(ctx)
+	defer m.Shutdown(ctx)
+	if err := m.Boot(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range m.Status() {
+		if s.Name == "kld" && (s.State != services.StateRunning || !strings.Contains(s.StatusText, "FAILED: nosuchmodule")) {
+			t.Errorf("kld: %+v", s)
+		}
+	}
+}

@@ -8,8 +8,8 @@ usage: esp_interop.py decrypt SA_JSON esp.pcap plain.pcap
          encrypt every packet of plain.pcap with scapy into out.pcap
 
 SA_JSON: {"spi": int, "crypt": scapy name, "ckey": hex, "auth": name|null,
-          "akey": hex, "tunnel": bool, "udp": bool, "src": outer src,
-          "dst": outer dst}
+          "akey": hex, "tunnel": bool, "udp": bool, "esn": bool,
+          "src": outer src, "dst": outer dst}
 Prints one line per mismatch and a summary; exits 1 on any failure.
 """
 import json
@@ -27,6 +27,8 @@ def make_sa(c):
         kw["tunnel_header"] = IP(src=c["src"], dst=c["dst"])
     if c["udp"]:
         kw["nat_t_header"] = UDP(sport=4500, dport=4500)
+    if c.get("esn"):
+        kw.update(esn_en=True, esn=0)
     return SecurityAssociation(ESP, **kw)
 
 

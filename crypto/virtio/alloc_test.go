@@ -1,0 +1,41 @@
+//go:build linux
+
+package virtio_test
+
+import (
+	"context"
+	"runtime"
+	"testing"
+
+	"github.com/keelinit/keel/crypto"
+	"github.com/keelinit/keel/crypto/virtio"
+)
+
+// TestZeroAllocsSteadyState: a request through the rings (Submit, device,
+// interrupt, completion) allocates nothing in the driver process.
+func TestZeroAllocsSteadyState(t *testing.T) {
+	if testing.Short() {
+		t.Skip("short")
+	}
+	p := start(t, virtio.Options{})
+	ch := make(chan struct{}, 1)
+	s, err := p.NewSession(crypto.SessionParams{Alg: crypto.Algorithm{Cipher: crypto.CipherAESGCM, KeyBits: 128}, CipherKey: make([]byte, 20)},
+		func([]*crypto.Request) { ch <- struct{}{} })
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close(context.Background())
+	reqs := []*crypto.Request{{Data: make([]byte, 1420), ICV: make([]byte, 16), IV: make([]byte, 8), AAD: make([]byte, 8)}}
+	run := func() {
+		for s.Submit(reqs) == 0 {
+			runtime.Gosched()
+		}
+		<-ch
+	}
+	for range 100 {
+		run()
+	}
+	if a := testing.AllocsPerRun(300, run); a > 0.05 {
+		t.Fatalf("%.2f allocations per request", a)
+	}
+}

@@ -1,0 +1,36 @@
+package services
+
+// rc.d service files
+//
+// A declarative rc.d file holds rcorder headers and plain shell
+// assignments only (evaluated like rc.conf, with the service's rc.conf view
+// in scope, so command_args="${foo_socket}" works). Variables:
+//
+//	name             service name (default: the file name)
+//	rcvar            rc.conf variable that enables it (checkyesno); empty: always on
+//	type             oneshot | daemon | builtin (default daemon)
+//	command          program to run (host path); optional for a oneshot milestone
+//	command_args     arguments, split with shell quoting, never expanded again
+//	${name}_flags    from rc.conf, placed before command_args (rc.subr)
+//	pidfile          daemon readiness: ready once it names a live process
+//	notify           yes: daemon readiness is READY=1 over sd_notify
+//	required_modules modules loaded (through the modules package) before start
+//	required_files   files that must exist, relative to the root
+//	start_precmd     argv run to completion before start (not shell)
+//	stop_postcmd     argv run after stop (not shell)
+//	stop_signal      signal sent to the process group (default TERM)
+//	start_timeout    seconds or a Go duration (default 30s), covering
+//	                 required files, modules, start_precmd and readiness;
+//	                 a daemon may extend it with EXTEND_TIMEOUT_USEC
+//	stop_timeout     before SIGKILL (default 10s)
+//	restart          no | on-failure | always (daemons; default no)
+//	restart_backoff  first restart delay, doubled per consecutive crash
+//	                 up to 30s; MaxRestartFailures crashes in a row give up
+//
+// An executable file whose body is not only assignments is a legacy
+// script, run as /bin/sh FILE start|stop|reload; name= and rcvar= are read
+// from its literal top-level assignments.
+//
+// Effective settings (Definition.Settings) are the declarative variables,
+// the rcvar's value, every ${name}_* rc.conf variable and what a builtin's
+// Settings adds; Manager.Reload restarts a service when they change.
