@@ -81,7 +81,16 @@ func LoadCatalog(root fs.FS, seed map[string]string) (*Catalog, error) {
 			d, err = ParseDefinition(chain, h, data, modes[h.Path]&0o111 != 0)
 		}
 		if err != nil {
-			d = &Definition{Header: h, Name: path.Base(h.Path), Type: TypeOneshot, Err: err, Enabled: true, Settings: map[string]string{}}
+			if d == nil {
+				d = &Definition{Header: h, Name: path.Base(h.Path), Enabled: true}
+			}
+			if d.Type == "" {
+				d.Type = TypeOneshot
+			}
+			if d.Settings == nil {
+				d.Settings = map[string]string{}
+			}
+			d.Err = err
 		}
 		if j, dup := c.byName[d.Name]; dup {
 			d = &Definition{Header: h, Name: path.Base(h.Path) + "@" + path.Base(h.Path), Type: TypeOneshot, Enabled: true, Settings: map[string]string{},

@@ -102,7 +102,10 @@ var knownVars = map[string]bool{
 // ParseDefinition parses one rc.d file. data is its content and exec says
 // whether it has an execute bit. chain supplies rc.conf; hdr is the
 // file's rcorder header. Errors name the file, and the line and column
-// when they come from the shell parser.
+// when they come from the shell parser. When the file evaluates but a
+// field is invalid, the partial Definition (Name, Rcvar and Enabled set)
+// is returned with the error, so that a disabled service with a bad field
+// stays disabled rather than failed.
 func ParseDefinition(chain *rcconf.Chain, hdr Header, data []byte, exec bool) (*Definition, error) {
 	file := hdr.Path
 	prog, err := syntax.NewParser(syntax.Variant(syntax.LangPOSIX)).Parse(strings.NewReader(string(data)), file)
@@ -138,7 +141,7 @@ func ParseDefinition(chain *rcconf.Chain, hdr Header, data []byte, exec bool) (*
 		return fmt.Errorf("%s:%d: %s: %w: %s", file, v.Line, field, ErrBadService, fmt.Sprintf(format, args...))
 	}
 	if !validName(name) {
-		return nil, bad("name", "invalid service name %q", name)
+		return d, bad("name", "invalid service name %q", name)
 	}
 	d.Rcvar = local.Get("rcvar")
 	d.Enabled = d.Rcvar == "" || local.Bool(d.Rcvar)
@@ -146,16 +149,16 @@ func ParseDefinition(chain *rcconf.Chain, hdr Header, data []byte, exec bool) (*
 	case "":
 		d.Type = TypeDaemon
 		if local.Get("command") == "" {
-			return nil, bad("command", "no command and no type=builtin")
+			return d, bad("command", "no command and no type=builtin")
 		}
 	case TypeOneshot, TypeDaemon, TypeBuiltin:
 		d.Type = t
 	default:
-		return nil, bad("type", "want oneshot, daemon or builtin, got %q", t)
+		return d, bad("type", "want oneshot, daemon or builtin, got %q", t)
 	}
 	d.Command = local.Get("command")
 	if d.Type == TypeDaemon && d.Command == "" {
-		return nil, bad("command", "type=%s needs a command", d.Type)
+		return d, bad("command", "type=%s needs a command", d.Type)
 	}
 	for _, f := range []struct {
 		field string
@@ -164,7 +167,7 @@ func ParseDefinition(chain *rcconf.Chain, hdr Header, data []byte, exec bool) (*
 		{"required_files", &d.RequiredFiles}, {"start_precmd", &d.StartPrecmd}, {"stop_postcmd", &d.StopPostcmd}} {
 		w, err := SplitWords(local.Get(f.field))
 		if err != nil {
-			return nil, bad(f.field, "%v", err)
+			return d, bad(f.field, "%v", err)
 		}
 		*f.dst = append(*f.dst, w...)
 	}
@@ -173,7 +176,7 @@ func ParseDefinition(chain *rcconf.Chain, hdr Header, data []byte, exec bool) (*
 	if s := local.Get("stop_signal"); s != "" {
 		sig, err := ParseSignal(s)
 		if err != nil {
-			return nil, bad("stop_signal", "%v", err)
+			return d, bad("stop_signal", "%v", err)
 		}
 		d.StopSignal = sig
 	}
@@ -187,7 +190,7 @@ func ParseDefinition(chain *rcconf.Chain, hdr Header, data []byte, exec bool) (*
 		if s := local.Get(f.field); s != "" {
 			v, err := ParseDuration(s)
 			if err != nil {
-				return nil, bad(f.field, "%v", err)
+				return d, bad(f.field, "%v", err)
 			}
 			*f.dst = v
 		}
@@ -198,12 +201,12 @@ func ParseDefinition(chain *rcconf.Chain, hdr Header, data []byte, exec bool) (*
 	case RestartNo, RestartOnFailure, RestartAlways:
 		d.Restart = r
 	default:
-		return nil, bad("restart", "want no, on-failure or always, got %q", r)
+		return d, bad("restart", "want no, on-failure or always, got %q", r)
 	}
 	if s := local.Get("notify"); s != "" {
 		d.Notify = rcconf.CheckYesNo(s)
 		if d.Notify && d.Type != TypeDaemon {
-			return nil, bad("notify", "notify=yes needs type=daemon")
+			return d, bad("notify", "notify=yes needs type=daemon")
 		}
 	}
 	d.Settings = settings(d, local)

@@ -125,14 +125,17 @@ func (u *unit) start(ctx context.Context) error {
 	u.op.Lock()
 	defer u.op.Unlock()
 	d := u.getDef()
+	if !d.Enabled {
+		u.set(StateDisabled, disabledReason(d))
+		if d.Err != nil {
+			u.logf(slog.LevelWarn, "disabled, and its rc.d file is invalid: %v", d.Err)
+		}
+		return nil
+	}
 	if d.Err != nil {
 		u.set(StateFailed, d.Err.Error())
 		u.logf(slog.LevelError, "%v", d.Err)
 		return d.Err
-	}
-	if !d.Enabled {
-		u.set(StateDisabled, disabledReason(d))
-		return nil
 	}
 	u.mu.Lock()
 	u.gen++

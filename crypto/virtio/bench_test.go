@@ -25,7 +25,7 @@ func selfCPU() time.Duration {
 // two device sessions, one per direction, as Linux's skcipher setkey
 // creates) from workers goroutines, and returns ops/s and the CPU used by
 // both processes as a percentage of one CPU.
-func ctrlRun(tb testing.TB, mode virtio.Mode, workers, total int) (opsPerSec, cpuPct float64) {
+func ctrlRun(tb testing.TB, mode virtio.Mode, workers, total int) (opsPerSec, cpuPct, cpuUsPerOp float64) {
 	p, err := virtio.Start(context.Background(), virtio.Options{Mode: mode})
 	if err != nil {
 		tb.Fatal(err)
@@ -62,8 +62,9 @@ func ctrlRun(tb testing.TB, mode virtio.Mode, workers, total int) (opsPerSec, cp
 	if err != nil {
 		tb.Fatal(err)
 	}
-	dev := time.Duration(d1.UserNs + d1.SysNs - d0.UserNs - d0.SysNs)
-	return float64(per*workers) / el.Seconds(), 100 * (c1 - c0 + dev).Seconds() / el.Seconds()
+	cpu := c1 - c0 + time.Duration(d1.UserNs+d1.SysNs-d0.UserNs-d0.SysNs)
+	ops := float64(per * workers)
+	return ops / el.Seconds(), 100 * cpu.Seconds() / el.Seconds(), float64(cpu.Microseconds()) / ops
 }
 
 // BenchmarkSessionCreateClose reports session create+close ops/s and the
@@ -73,9 +74,10 @@ func BenchmarkSessionCreateClose(b *testing.B) {
 		name := map[virtio.Mode]string{virtio.ModeAsync: "async", virtio.ModeDepth1Poll: "depth1-poll"}[mode]
 		for _, w := range []int{1, 8} {
 			b.Run(fmt.Sprintf("%s/workers=%d", name, w), func(b *testing.B) {
-				ops, cpu := ctrlRun(b, mode, w, max(b.N, w))
+				ops, cpu, perOp := ctrlRun(b, mode, w, max(b.N, w))
 				b.ReportMetric(ops, "ops/s")
 				b.ReportMetric(cpu, "cpu-%")
+				b.ReportMetric(perOp, "cpu-us/op")
 			})
 		}
 	}
@@ -85,12 +87,14 @@ func BenchmarkSessionCreateClose(b *testing.B) {
 // workers and reports async ÷ depth1-poll.
 func BenchmarkCtrlAsyncOverDepth1(b *testing.B) {
 	n := max(b.N, 2000)
-	a, ac := ctrlRun(b, virtio.ModeAsync, 8, n)
-	d, dc := ctrlRun(b, virtio.ModeDepth1Poll, 8, n)
+	a, ac, au := ctrlRun(b, virtio.ModeAsync, 8, n)
+	d, dc, du := ctrlRun(b, virtio.ModeDepth1Poll, 8, n)
 	b.ReportMetric(a, "async-ops/s")
 	b.ReportMetric(d, "depth1-ops/s")
 	b.ReportMetric(ac, "async-cpu-%")
 	b.ReportMetric(dc, "depth1-cpu-%")
+	b.ReportMetric(au, "async-cpu-us/op")
+	b.ReportMetric(du, "depth1-cpu-us/op")
 	b.ReportMetric(a/d, "async/depth1")
 }
 
