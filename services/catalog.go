@@ -47,8 +47,10 @@ func (c *Catalog) RequiredBy(i int) []int {
 // seed holds built-in variables visible to rc.conf (keel_runtime_dir...).
 // An rc.conf error is returned as an error; a bad rc.d file becomes a
 // Definition with Err set, so that the rest of the appliance still boots.
-// execBit reports whether a file is executable (fs.FS implementations that
-// do not carry modes, like embed.FS, report none).
+// A file is a legacy shell script when it has an execute bit and holds
+// more than assignments (an embed.FS carries no execute bits, so the
+// embedded appliance is declarative only). Symbolic links are followed;
+// dot files and non-regular files are ignored.
 func LoadCatalog(root fs.FS, seed map[string]string) (*Catalog, error) {
 	chain, err := rcconf.Load(root, seed)
 	if err != nil {
@@ -61,11 +63,14 @@ func LoadCatalog(root fs.FS, seed map[string]string) (*Catalog, error) {
 	var paths []string
 	modes := map[string]fs.FileMode{}
 	for _, e := range ents {
-		info, err := e.Info()
-		if err != nil || !info.Mode().IsRegular() || strings.HasPrefix(e.Name(), ".") {
+		if strings.HasPrefix(e.Name(), ".") {
 			continue
 		}
 		p := path.Join(RCDir, e.Name())
+		info, err := fs.Stat(root, p) // follows symbolic links
+		if err != nil || !info.Mode().IsRegular() {
+			continue
+		}
 		paths = append(paths, p)
 		modes[p] = info.Mode()
 	}

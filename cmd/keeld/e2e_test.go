@@ -256,8 +256,13 @@ func TestDefaultApplianceBootsClean(t *testing.T) {
 	if len(v.SAs) != 4 {
 		t.Fatalf("SAs: %+v", v)
 	}
+	// aesni registers only on CPUs with AES-NI; kld skips it elsewhere.
+	want := "cryptosoft"
+	if out, _, _ := d.keelctl(nil, "kldstat"); strings.Contains(out, "aesni") {
+		want = "aesni"
+	}
 	for _, sa := range v.SAs {
-		if sa.Provider != "aesni" || sa.OutPackets+sa.InPackets == 0 || len(sa.Drops) > 0 {
+		if sa.Provider != want || sa.OutPackets+sa.InPackets == 0 || len(sa.Drops) > 0 {
 			t.Errorf("SA 0x%x: provider %s out %d in %d drops %v", sa.SPI, sa.Provider, sa.OutPackets, sa.InPackets, sa.Drops)
 		}
 	}
@@ -265,7 +270,7 @@ func TestDefaultApplianceBootsClean(t *testing.T) {
 	if strings.Contains(strings.ToLower(out), "key") || strings.Contains(out, "6b65656c") {
 		t.Errorf("ipsec sa output mentions keys:\n%s", out)
 	}
-	if log := d.logText(); !strings.Contains(log, "bound to aesni") {
+	if log := d.logText(); !strings.Contains(log, "bound to "+want) {
 		t.Errorf("boot log does not say which provider the SAs bound to")
 	}
 	svg, _, code := d.keelctl(nil, "boot", "plot")

@@ -1,0 +1,354 @@
+package rcorder
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+)
+
+// Differential tests: the production emulator (freebsd.go) and Order
+// against the naive transliteration of FreeBSD's rcorder.c in
+// freebsd_ref_test.go, on random trees with cycles, missing providers,
+// BEFORE lines and names provided by several files.
+
+// TestReferenceMatchesProbes pins the transliteration itself to the real
+// FreeBSD output: the -p levels and every message, in order (the noise
+// lines included), with the CR kept in tokens as FreeBSD keeps it.
+func TestReferenceMatchesProbes(t *testing.T) {
+	for _, p := range loadProbes(t) {
+		t.Run(p.name, func(t *testing.T) {
+			scripts, errs := Parse(p.fsys, p.files...)
+			if len(errs) != 0 {
+				t.Fatal(errs)
+			}
+			for i := range scripts {
+				s := &scripts[i]
+				if len(s.CRLines) == 0 {
+					continue
+				}
+				// Every header line of the probe's CRLF file ends in CR.
+				for _, l := range [][]string{s.Provides, s.Requires, s.Before} {
+					if len(l) > 0 {
+						l[len(l)-1] += "\r"
+					}
+				}
+			}
+			ref := freebsdReference(scripts)
+			if ref.hung {
+				t.Fatal("reference did not terminate")
+			}
+			got := ref.groups(scripts)
+			for _, g := range got {
+				slices.Sort(g)
+			}
+			want := make([][]string, len(p.levels))
+			for i, l := range p.levels {
+				want[i] = slices.Sorted(slices.Values(l))
+			}
+			if !slices.EqualFunc(got, want, slices.Equal) {
+				t.Errorf("levels %q, FreeBSD %q", got, want)
+			}
+			if !slices.Equal(ref.msgs, p.stderr) {
+				t.Errorf("messages:\n got %q\nwant %q", ref.msgs, p.stderr)
+			}
+			if ref.exit != p.exit {
+				t.Errorf("exit %d, FreeBSD %d", ref.exit, p.exit)
+			}
+		})
+	}
+}
+
+// randomTree makes a tree of up to maxFiles scripts over a pool of names;
+// density is the mean number of REQUIREs per script.
+func randomTree(rng *rand.Rand, maxFiles, names int, density float64) []Script {
+	n := 1 + rng.IntN(maxFiles)
+	pool := make([]string, names)
+	for i := range pool {
+		pool[i] = fmt.Sprintf("n%d", i)
+	}
+	scripts := make([]Script, n)
+	for i := range scripts {
+		s := &scripts[i]
+		s.Path = fmt.Sprintf("rc.d/f%02d", i)
+		for range rng.IntN(3) {
+			s.Provides = append(s.Provides, pool[rng.IntN(names)])
+		}
+		for rng.Float64() < density/(1+density) {
+			s.Requires = append(s.Requires, pool[rng.IntN(names)])
+		}
+		for rng.IntN(6) == 0 {
+			s.Before = append(s.Before, pool[rng.IntN(names)])
+		}
+	}
+	return scripts
+}
+
+var refLoopMsg = regexp.MustCompile("^Circular dependency on provision `.*': (.*)\\.$")
+
+// checkAgainstReference checks Order and the emulator against the
+// transliteration on one tree.
+func checkAgainstReference(t testing.TB, scripts []Script) {
+	t.Helper()
+	ref := freebsdReference(scripts)
+	if ref.hung {
+		t.Skip("FreeBSD's walk would not terminate on this tree")
+	}
+	for i, ok := range ref.printed {
+		if !ok {
+			t.Fatalf("reference never printed %s", scripts[i].Path)
+		}
+	}
+	em := newEmulator(scripts)
+	if raw := em.run(); !slices.Equal(raw, ref.seq) {
+		t.Fatalf("emulator sequences %v, FreeBSD %v", raw, ref.seq)
+	}
+
+	r := Order(scripts, Filter{})
+	checkValid(t, r)
+	if got := r.ExitCode(); got != ref.exit {
+		t.Fatalf("exit %d, FreeBSD %d; problems %q; FreeBSD %q", got, ref.exit, problemTexts(r), ref.msgs)
+	}
+
+	// Levels: FreeBSD's, except that a script FreeBSD puts on a lower
+	// level than a script it waits for outside its cycle moves to the
+	// lowest level above it. Recomputed here naively: components by
+	// reachability, then scripts in an order where every script comes
+	// after those it waits for in other components.
+	n := len(scripts)
+	reach := make([][]bool, n)
+	for i := range reach {
+		reach[i] = make([]bool, n)
+		for _, d := range r.Deps(i) {
+			reach[i][d] = true
+		}
+	}
+	for k := range n {
+		for i := range n {
+			if reach[i][k] {
+				for j := range n {
+					reach[i][j] = reach[i][j] || reach[k][j]
+				}
+			}
+		}
+	}
+	sameComp := func(a, b int) bool { return a == b || reach[a][b] && reach[b][a] }
+	want := slices.Clone(ref.seq)
+	vals := slices.Compact(slices.Sorted(slices.Values(ref.seq)))
+	done := make([]bool, n)
+	for left := n; left > 0; {
+		progressed := false
+		for v := range n {
+			if done[v] {
+				continue
+			}
+			ready := true
+			for _, d := range r.Deps(v) {
+				if !sameComp(v, d) && !done[d] {
+					ready = false
+				}
+			}
+			if !ready {
+				continue
+			}
+			need := want[v]
+			for _, d := range r.Deps(v) {
+				if !sameComp(v, d) {
+					need = max(need, want[d])
+				}
+			}
+			if need > want[v] {
+				k := slices.IndexFunc(vals, func(x int) bool { return x > need })
+				if k < 0 {
+					vals = append(vals, need+1)
+					k = len(vals) - 1
+				}
+				want[v] = vals[k]
+			}
+			done[v] = true
+			left--
+			progressed = true
+		}
+		if !progressed {
+			t.Fatal("components do not form a DAG")
+		}
+	}
+	if got, w := r.LevelGroups(), groupBySeq(scripts, want, nil); !slices.EqualFunc(sortedGroups(got), sortedGroups(w), slices.Equal) {
+		t.Fatalf("levels %q, want %q (FreeBSD %q)", got, w, ref.groups(scripts))
+	}
+	// Within a level, command-line order unless a script waits for
+	// another one of the same level.
+	for _, g := range r.LevelGroups() {
+		idx := make([]int, len(g))
+		for k, p := range g {
+			idx[k] = slices.IndexFunc(scripts, func(s Script) bool { return s.Path == p })
+		}
+		if slices.IsSorted(idx) {
+			continue
+		}
+		linked := false
+		for _, a := range idx {
+			for _, b := range idx {
+				if a != b && !sameComp(a, b) && slices.Contains(r.Deps(a), b) {
+					linked = true
+				}
+			}
+		}
+		if !linked {
+			t.Fatalf("level %q is not in command-line order", g)
+		}
+	}
+
+	// Messages: FreeBSD's "no providers" and "unknown provision" ones
+	// (duplicates once), and its loop message for every cycle it traces
+	// through distinct files, the first time it meets that cycle.
+	var wantMsgs []string
+	seenCycle := map[string]bool{}
+	for _, m := range ref.msgs {
+		if sm := refLoopMsg.FindStringSubmatch(m); sm != nil {
+			files := strings.Split(sm[1], " -> ")
+			files = files[:len(files)-1]
+			set := slices.Compact(slices.Sorted(slices.Values(files)))
+			key := strings.Join(set, ",")
+			if len(set) != len(files) && len(set) != 1 {
+				continue // FreeBSD's path repeats a file: not an elementary cycle
+			}
+			if !seenCycle[key] {
+				seenCycle[key] = true
+				wantMsgs = append(wantMsgs, m)
+			}
+			continue
+		}
+		if keptMessage.MatchString(m) && !slices.Contains(wantMsgs, m) {
+			wantMsgs = append(wantMsgs, m)
+		}
+	}
+	var gotMsgs []string
+	for _, p := range r.Problems {
+		gotMsgs = append(gotMsgs, p.Text)
+	}
+	for _, m := range wantMsgs {
+		if !slices.Contains(gotMsgs, m) {
+			t.Fatalf("FreeBSD prints %q; Keel prints %q", m, gotMsgs)
+		}
+	}
+}
+
+func sortedGroups(g [][]string) [][]string {
+	out := make([][]string, len(g))
+	for i, l := range g {
+		out[i] = slices.Sorted(slices.Values(l))
+	}
+	return out
+}
+
+func TestFreeBSDReference(t *testing.T) {
+	rng := rand.New(rand.NewPCG(14, 2020))
+	iters := 3000
+	if testing.Short() {
+		iters = 300
+	}
+	for i := range iters {
+		var scripts []Script
+		switch i % 3 {
+		case 0: // small and dense: cycles, self-loops, re-entries
+			scripts = randomTree(rng, 8, 6, 1.5)
+		case 1: // larger and sparser: mostly acyclic, some cycles
+			scripts = randomTree(rng, 40, 40, 1)
+		default: // the fuzz decoder's shape
+			data := make([]byte, 1+rng.IntN(60))
+			for k := range data {
+				data[k] = byte(rng.UintN(256))
+			}
+			scripts = scriptsFromBytes(data)
+		}
+		t.Run("", func(t *testing.T) { checkAgainstReference(t, scripts) })
+		if t.Failed() {
+			for _, s := range scripts {
+				t.Logf("%s: PROVIDE %q REQUIRE %q BEFORE %q", s.Path, s.Provides, s.Requires, s.Before)
+			}
+			t.FailNow()
+		}
+	}
+}
+
+// TestFreeBSDWalkSubtleties pins, tree by tree, the details of FreeBSD's
+// walk that an approximation gets wrong. Each expectation is the
+// transliteration's output (checked against real FreeBSD by
+// TestReferenceMatchesProbes) and Order's.
+func TestFreeBSDWalkSubtleties(t *testing.T) {
+	cases := []struct {
+		name   string
+		specs  []string
+		levels string // Order's levels, "/" between levels
+		seq    []int  // FreeBSD's raw sequence numbers, command-line order
+		msgs   []string
+	}{
+		// The loop entry is searched from the most recent stack entry
+		// down: z is met twice on the walk (a re-entry), and only the
+		// part of the stack above its latest occurrence is marked.
+		{"loop entry is the most recent occurrence",
+			[]string{"w: PROVIDE: w|REQUIRE: z", "y: PROVIDE: y|REQUIRE: z", "z: PROVIDE: z|REQUIRE: y w"},
+			"y / w / z", []int{4, 2, 5},
+			[]string{"Circular dependency on provision `z': z -> w -> z.", "Circular dependency on provision `z': z -> y -> z."}},
+		// Every remaining provider is tried, in provider-list order:
+		// the first one (the later file) is not on the stack.
+		{"loop search tries every provider",
+			[]string{"a: PROVIDE: n|REQUIRE: m", "b: PROVIDE: m|REQUIRE: n", "c: PROVIDE: n"},
+			"c / a / b", []int{3, 4, 1},
+			[]string{"Circular dependency on provision `n': a -> b -> a."}},
+		// Tracing fails when no remaining provider is on the stack: no
+		// file is marked, so nothing is pushed to the end.
+		{"tracing failure marks nobody",
+			[]string{"p: PROVIDE: n|REQUIRE: n", "q: PROVIDE: n", "r: REQUIRE: n"},
+			"p q / r", []int{1, 1, 2},
+			nil},
+		// BEFORE requirements are prepended, so walked before REQUIREs;
+		// BEFORE lines are processed last line first.
+		{"BEFORE edges walked first",
+			[]string{"a: PROVIDE: a|REQUIRE: b", "b: PROVIDE: b|REQUIRE: c", "c: PROVIDE: c|BEFORE: a"},
+			"c / b / a", []int{3, 2, 1},
+			nil},
+		// A relinked, finished file is walked again with no requirements
+		// left: FreeBSD gives x sequence 1 although it waits for y.
+		// Keel moves it to the level above y.
+		{"re-walked file is raised above what it waits for",
+			[]string{"y: PROVIDE: y", "x: PROVIDE: d|REQUIRE: y", "s: PROVIDE: d|REQUIRE: d"},
+			"y / x / s", []int{1, 1, 3},
+			[]string{"Circular dependency on provision `d': s -> s -> s."}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			scripts := tree(t, c.specs...)
+			ref := freebsdReference(scripts)
+			if !slices.Equal(ref.seq, c.seq) {
+				t.Errorf("reference sequences %v, want %v (messages %q)", ref.seq, c.seq, ref.msgs)
+			}
+			checkAgainstReference(t, scripts)
+			r := Order(scripts, Filter{})
+			if got := levelsString(r); got != c.levels {
+				t.Errorf("levels %q, want %q", got, c.levels)
+			}
+			var loops []string
+			for _, m := range problemTexts(r) {
+				if refLoopMsg.MatchString(m) && slices.Contains(ref.msgs, m) {
+					loops = append(loops, m)
+				}
+			}
+			if !slices.Equal(loops, c.msgs) {
+				t.Errorf("FreeBSD loop messages %q, want %q (all: %q)", loops, c.msgs, problemTexts(r))
+			}
+		})
+	}
+}
+
+func FuzzFreeBSDReference(f *testing.F) {
+	f.Add([]byte{5, 0, 1, 3, 1, 8, 0})
+	f.Add([]byte{3, 3, 0, 11, 1, 19, 2, 0, 1, 8, 2, 16, 0})
+	f.Add([]byte{11, 3, 0, 0, 0, 5, 0, 46, 1, 13, 2, 14, 5, 7, 1})
+	f.Fuzz(func(t *testing.T, data []byte) {
+		checkAgainstReference(t, scriptsFromBytes(data))
+	})
+}

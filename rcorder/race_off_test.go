@@ -1,0 +1,5 @@
+//go:build !race
+
+package rcorder
+
+const raceEnabled = false

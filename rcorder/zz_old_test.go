@@ -1,0 +1,410 @@
+package rcorder
+
+// This file reproduces the traversal of FreeBSD's rcorder(8) (2020 and
+// later: sbin/rcorder/rcorder.c with -p), because on trees with cycles the
+// levels it prints depend on the exact order in which its depth-first
+// walk visits files. On acyclic trees the result is simply the longest
+// path ("1 + the highest level among the requirements"), which Order
+// checks against gonum's topological sort in the tests.
+//
+// What is reproduced, and why it matters:
+//   - the file list is built by prepending, so the walk starts from the
+//     last file on the command line;
+//   - providers of a name and requirements of a file are also prepended
+//     lists; BEFORE lines become requirements (on a private "fake"
+//     provision of the declaring file) prepended to every provider;
+//   - a file found "in progress" is processed again (FreeBSD only warns),
+//     and a requirement whose provision is in progress is a loop: every
+//     file on the walk from the provider to the current file gets an
+//     "issue", and a file with issues is given level max+1 ("pushed to
+//     the end");
+//   - the file list unlinks a node twice when it was re-entered, which
+//     relinks already finished files: FreeBSD walks them once more, and
+//     those that had issues get pushed to the end again. The reference
+//     output (testdata/freebsd-probes.txt, tree t4) shows exactly this.
+//
+// Nothing here is a general graph algorithm: the graph itself is handled
+// with gonum in order.go.
+
+const oldNilIdx = -1
+
+// oldMaxLoopPath bounds the loop paths recorded for messages.
+const oldMaxLoopPath = 1024
+
+type oldEmuReq struct {
+	prov int32 // provision index
+	tok  int32 // index into Script.Requires, or -1 for a BEFORE requirement
+}
+
+type oldEmuFile struct {
+	inProgress bool
+	visited    bool
+	provsDone  bool
+	reqs       []oldEmuReq
+	fakePN     []int32 // pnodes of its BEFORE (fake) provisions
+	seq        int
+	issues     int
+}
+
+type oldEmuProv struct {
+	name       string
+	fake       bool  // created for a BEFORE line
+	declFile   int32 // fake: the file that declared BEFORE
+	declTok    int32 // fake: index into Script.Before
+	exists     bool  // FreeBSD: hash value != NULL (somebody provides it)
+	inProgress bool
+	seq        int
+	head       int32 // sentinel pnode
+}
+
+type oldEmuPnode struct {
+	file, prov int32
+	next, last int32
+}
+
+// oldEmuEvent is a problem in the order FreeBSD meets it.
+type oldEmuEvent struct {
+	missing bool
+	file    int32   // missing: the requiring file
+	tok     int32   // missing: index into Requires
+	prov    int32   // loop: the provision found in progress
+	path    []int32 // loop: files from the provider to the current one
+}
+
+type oldEmulator struct {
+	scripts []Script
+	files   []oldEmuFile
+	provs   []oldEmuProv
+	pn      []oldEmuPnode
+	byName  map[string]int32
+	fnext   []int32 // file list; node 0 is the head, file i is node i+1
+	flast   []int32
+	stack   []int32
+	maxSeq  int
+	events  []oldEmuEvent
+	unknown []oldUnknownBefore
+	loops   int // circular dependencies met (FreeBSD's exit status 1), re-entries included
+
+	// Provision index of every token, per script: tokProv[tokOff[i]+k] is
+	// Provides[k] of script i, followed by its Requires and its Before.
+	tokOff  []int32
+	tokProv []int32
+	// The pnodes of script i's Provides are filePN[pnOff[i]:pnOff[i+1]].
+	pnOff  []int32
+	filePN []int32
+}
+
+// provIDs returns the provision indices of script i's Provides, Requires
+// and Before tokens.
+func (e *oldEmulator) provIDs(i int) (prov, req, before []int32) {
+	s := &e.scripts[i]
+	t := e.tokProv[e.tokOff[i]:e.tokOff[i+1]]
+	np, nr := len(s.Provides), len(s.Requires)
+	return t[:np], t[np : np+nr], t[np+nr:]
+}
+
+type oldUnknownBefore struct{ file, tok int32 }
+
+func (e *oldEmulator) provision(name string) (int32, bool) {
+	if id, ok := e.byName[name]; ok {
+		return id, false
+	}
+	id := e.newProv(name)
+	e.byName[name] = id
+	return id, true
+}
+
+func (e *oldEmulator) newProv(name string) int32 {
+	id := int32(len(e.provs))
+	h := int32(len(e.pn))
+	e.pn = append(e.pn, oldEmuPnode{file: oldNilIdx, prov: id, next: oldNilIdx, last: oldNilIdx})
+	e.provs = append(e.provs, oldEmuProv{name: name, head: h, declFile: oldNilIdx, declTok: -1})
+	return id
+}
+
+// addProvider prepends file f to the provider list of p (add_provide).
+func (e *oldEmulator) addProvider(f, p int32) {
+	e.provs[p].exists = true
+	h := e.provs[p].head
+	id := int32(len(e.pn))
+	e.pn = append(e.pn, oldEmuPnode{file: f, prov: p, next: e.pn[h].next, last: h})
+	if nx := e.pn[h].next; nx != oldNilIdx {
+		e.pn[nx].last = id
+	}
+	e.pn[h].next = id
+	// FreeBSD prepends to the file's prov_list; the order in which a
+	// finished file releases its provisions has no observable effect.
+	e.filePN = append(e.filePN, id)
+}
+
+// addFake makes file f the provider of its fake provision p.
+func (e *oldEmulator) addFake(f, p int32) {
+	e.provs[p].exists = true
+	h := e.provs[p].head
+	id := int32(len(e.pn))
+	e.pn = append(e.pn, oldEmuPnode{file: f, prov: p, next: oldNilIdx, last: h})
+	e.pn[h].next = id
+	e.files[f].fakePN = append(e.files[f].fakePN, id)
+}
+
+func oldNewEmulator(scripts []Script) *oldEmulator {
+	n := len(scripts)
+	e := &oldEmulator{
+		scripts: scripts,
+		files:   make([]oldEmuFile, n),
+		byName:  make(map[string]int32, 2*n),
+		fnext:   make([]int32, n+1),
+		flast:   make([]int32, n+1),
+		provs:   make([]oldEmuProv, 0, 2*n),
+		pn:      make([]oldEmuPnode, 0, 4*n),
+	}
+	// filenode_new prepends every file to the list.
+	e.fnext[0], e.flast[0] = oldNilIdx, oldNilIdx
+	for i := 0; i < n; i++ {
+		node := int32(i + 1)
+		e.fnext[node] = e.fnext[0]
+		if e.fnext[node] != oldNilIdx {
+			e.flast[e.fnext[node]] = node
+		}
+		e.flast[node] = 0
+		e.fnext[0] = node
+	}
+	// crunch_file: header lines in file order; requirements prepended.
+	// The per-file lists are built in token order and reversed, which is
+	// the same as prepending each one. All lists share one allocation.
+	total := 0
+	nreq := 0
+	for i := range scripts {
+		s := &scripts[i]
+		total += len(s.Provides) + len(s.Requires) + len(s.Before)
+		nreq += len(s.Requires)
+	}
+	e.tokOff = make([]int32, n+1)
+	e.pnOff = make([]int32, n+1)
+	e.filePN = make([]int32, 0, total)
+	e.tokProv = make([]int32, 0, total)
+	allReqs := make([]oldEmuReq, nreq)
+	for i := range scripts {
+		s := &scripts[i]
+		e.tokOff[i] = int32(len(e.tokProv))
+		e.pnOff[i] = int32(len(e.filePN))
+		for _, name := range s.Provides {
+			p, _ := e.provision(name)
+			e.tokProv = append(e.tokProv, p)
+			e.addProvider(int32(i), p)
+		}
+		reqs := allReqs[:len(s.Requires):len(s.Requires)]
+		allReqs = allReqs[len(s.Requires):]
+		for k, name := range s.Requires {
+			p, _ := e.provision(name)
+			e.tokProv = append(e.tokProv, p)
+			reqs[len(reqs)-1-k] = oldEmuReq{prov: p, tok: int32(k)}
+		}
+		e.files[i].reqs = reqs
+		for range s.Before {
+			e.tokProv = append(e.tokProv, oldNilIdx) // filled in below
+		}
+	}
+	e.tokOff[n] = int32(len(e.tokProv))
+	e.pnOff[n] = int32(len(e.filePN))
+	// insert_before: bl_list was built by prepending, so it is walked
+	// from the last BEFORE token of the last file backwards; each new
+	// requirement is prepended to the provider's list, so the one made
+	// last ends up first.
+	var pre [][]oldEmuReq
+	for i := n - 1; i >= 0; i-- {
+		s := &scripts[i]
+		for k := len(s.Before) - 1; k >= 0; k-- {
+			fake := e.newProv("")
+			e.provs[fake].fake = true
+			e.provs[fake].declFile = int32(i)
+			e.provs[fake].declTok = int32(k)
+			e.provs[fake].name = s.Before[k]
+			e.addFake(int32(i), fake)
+			target, isNew := e.provision(s.Before[k])
+			_, _, bt := e.provIDs(i)
+			bt[k] = target
+			if isNew {
+				e.unknown = append(e.unknown, oldUnknownBefore{file: int32(i), tok: int32(k)})
+			}
+			h := e.provs[target].head
+			for pn := e.pn[h].next; pn != oldNilIdx; pn = e.pn[pn].next {
+				if pre == nil {
+					pre = make([][]oldEmuReq, n)
+				}
+				f := e.pn[pn].file
+				pre[f] = append(pre[f], oldEmuReq{prov: fake, tok: -1})
+			}
+		}
+	}
+	for f, b := range pre {
+		if len(b) == 0 {
+			continue
+		}
+		reqs := make([]oldEmuReq, 0, len(b)+len(e.files[f].reqs))
+		for k := len(b) - 1; k >= 0; k-- {
+			reqs = append(reqs, b[k])
+		}
+		e.files[f].reqs = append(reqs, e.files[f].reqs...)
+	}
+	return e
+}
+
+// run performs generate_ordering and returns the raw FreeBSD sequence
+// number of every file.
+func (e *oldEmulator) run() []int {
+	n := len(e.files)
+	// FreeBSD loops while the list is not empty. The relinking described
+	// above cannot loop forever on well-formed lists, but guard anyway.
+	budget := 4*n + 16
+	for e.fnext[0] != oldNilIdx && budget > 0 {
+		budget--
+		node := e.fnext[0]
+		e.doFile(node - 1)
+		if e.fnext[0] == node {
+			e.fnext[0] = e.fnext[node]
+		}
+	}
+	seq := make([]int, n)
+	for i := range e.files {
+		if !e.files[i].visited {
+			// Unreachable with FreeBSD's list semantics; make sure every
+			// file is still ordered (and printed exactly once).
+			e.doFile(int32(i))
+		}
+		seq[i] = e.files[i].seq
+	}
+	return seq
+}
+
+func (e *oldEmulator) doFile(f int32) {
+	fl := &e.files[f]
+	wasSet := fl.inProgress
+	if wasSet {
+		e.loops++ // "Circular dependency on file": a cycle, exit status 1
+	}
+	fl.inProgress = true
+	e.stack = append(e.stack, f)
+
+	reqs := fl.reqs
+	fl.seq = 0
+	for _, r := range reqs {
+		e.satisfy(r, f)
+		if p := &e.provs[r.prov]; p.exists && p.seq > fl.seq {
+			fl.seq = p.seq
+		}
+	}
+	fl.reqs = nil
+	fl.seq++
+	if fl.issues > 0 {
+		fl.seq = e.maxSeq + 1
+	}
+	if fl.seq > e.maxSeq {
+		e.maxSeq = fl.seq
+	}
+	if !fl.provsDone {
+		fl.provsDone = true
+		for _, id := range e.filePN[e.pnOff[f]:e.pnOff[f+1]] {
+			e.release(id, fl.seq)
+		}
+		for _, id := range fl.fakePN {
+			e.release(id, fl.seq)
+		}
+	}
+	if !wasSet {
+		fl.visited = true
+	}
+	// Unlink from the file list with the node's own (possibly stale)
+	// pointers, exactly as FreeBSD does.
+	node := f + 1
+	if nx := e.fnext[node]; nx != oldNilIdx {
+		e.flast[nx] = e.flast[node]
+	}
+	if ls := e.flast[node]; ls != oldNilIdx {
+		e.fnext[ls] = e.fnext[node]
+	}
+	e.stack = e.stack[:len(e.stack)-1]
+}
+
+// release records that the provider behind pnode id finished with
+// sequence seq and unlinks it from its provision's provider list.
+func (e *oldEmulator) release(id int32, seq int) {
+	pn := e.pn[id]
+	if p := &e.provs[pn.prov]; p.seq < seq {
+		p.seq = seq
+	}
+	if pn.next != oldNilIdx {
+		e.pn[pn.next].last = pn.last
+	}
+	if pn.last != oldNilIdx {
+		e.pn[pn.last].next = pn.next
+	}
+}
+
+func (e *oldEmulator) satisfy(r oldEmuReq, f int32) {
+	p := &e.provs[r.prov]
+	if !p.exists {
+		e.events = append(e.events, oldEmuEvent{missing: true, file: f, tok: r.tok, prov: r.prov})
+		return
+	}
+	h := p.head
+	if e.pn[h].next == oldNilIdx {
+		return // already satisfied
+	}
+	if p.inProgress {
+		e.loop(r.prov, f)
+		return
+	}
+	// FreeBSD never resets in_progress: the loop below only ends when
+	// every provider is done, and a provision with no provider left is
+	// "already satisfied" above whatever the flag says.
+	p.inProgress = true
+	for e.pn[h].next != oldNilIdx {
+		e.doFile(e.pn[e.pn[h].next].file)
+	}
+}
+
+var oldVar = struct{ fallback, allProv, tail bool }{true, false, false}
+
+func (e *oldEmulator) loop(p int32, f int32) {
+	stack := e.stack[:len(e.stack)-1]
+	start := -1
+	for pn := e.pn[e.provs[p].head].next; pn != oldNilIdx && start < 0; pn = e.pn[pn].next {
+		provider := e.pn[pn].file
+		if oldVar.tail {
+			for i := len(stack) - 1; i >= 0; i-- {
+				if stack[i] == provider { start = i; break }
+			}
+		} else {
+			for i := range stack {
+				if stack[i] == provider { start = i; break }
+			}
+		}
+		if !oldVar.allProv { break }
+	}
+	e.loops++
+	if start < 0 && oldVar.fallback {
+		for i, s := range stack {
+			if e.provides(s, p) { start = i; break }
+		}
+		if start < 0 { start = len(stack) }
+	}
+	if start < 0 { return }
+	e.files[f].issues++
+	for _, s := range stack[start:] {
+		e.files[s].issues++
+	}
+}
+
+func (e *oldEmulator) provides(f, p int32) bool {
+	pr := &e.provs[p]
+	if pr.fake {
+		return pr.declFile == f
+	}
+	for _, name := range e.scripts[f].Provides {
+		if name == pr.name {
+			return true
+		}
+	}
+	return false
+}
