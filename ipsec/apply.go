@@ -230,3 +230,13 @@ func configOf(x *setkey.SA, pos string) (saConfig, error) {
 	}
 	return c, nil
 }
+
+// ApplyFile parses the setkey file at path and applies it all-or-nothing
+// (see Apply). Parse errors name file:line:col and change nothing.
+func (e *Engine) ApplyFile(ctx context.Context, path string) error {
+	cfg, err := setkey.ParseFile(path)
+	if err != nil {
+		return err
+	}
+	return e.Apply(ctx, cfg)
+}

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"net/netip"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -218,4 +220,23 @@ func TestCloseZeroes(t *testing.T) {
 		t.Error("packet forwarded after Close")
 	}
 	_ = netip.Addr{}
+}
+
+func TestApplyFile(t *testing.T) {
+	e := newTestEngine(t, Options{})
+	dir := t.TempDir()
+	good := filepath.Join(dir, "ipsec.conf")
+	os.WriteFile(good, []byte(baseConf), 0o600)
+	if err := e.ApplyFile(context.Background(), good); err != nil || len(e.SAs()) != 2 {
+		t.Fatalf("ApplyFile: %v, %d SAs", err, len(e.SAs()))
+	}
+	bad := filepath.Join(dir, "bad.conf")
+	os.WriteFile(bad, []byte("flush;\nadd 192.0.2.1 192.0.2.2 esp 0x100 -E aes-gcm-16 0x0102;\n"), 0o600)
+	err := e.ApplyFile(context.Background(), bad)
+	if !errors.Is(err, setkey.ErrSyntax) || !strings.Contains(err.Error(), "bad.conf:2:") || len(e.SAs()) != 2 {
+		t.Fatalf("bad file: %v, %d SAs", err, len(e.SAs()))
+	}
+	if err := e.ApplyFile(context.Background(), filepath.Join(dir, "missing")); err == nil {
+		t.Fatal("missing file accepted")
+	}
 }

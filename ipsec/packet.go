@@ -78,13 +78,34 @@ func (v Verdict) String() string {
 // handed back with Put; during Outbound or Inbound it belongs to the
 // engine. A Packet must not be used by two goroutines at once.
 type Packet struct {
+	// Hot fields first: the per-packet path touches as few cache lines
+	// as possible.
 	buf      []byte
 	off, end int
-	pool     *Pool
 
+	// Verdict and Drop are the result of Outbound or Inbound.
+	Verdict Verdict
+	Drop    DropReason
 	// Frame tells Inbound how Data starts (ignored by Outbound, whose
 	// input is always an IP packet).
 	Frame Frame
+	v6    bool
+	// SPI and Seq identify the SA and the (64-bit) sequence number used,
+	// when an SA was found.
+	SPI uint32
+	Seq uint64
+
+	// engine-private per-packet state: no per-packet allocation.
+	sa     *sa
+	b      *batch
+	l4off  int // Outbound result: offset of the IP payload in buf
+	espoff int // offset of the ESP header in buf
+	l3len  int // length of the (outer or transport) IP header
+	nhoff  int // offset of the outer next-header byte from the IP header start
+	bytes  int // inner bytes accounted against lifetimes
+	tunnel bool
+	req    crypto.Request
+
 	// Src and Dst are the outer addresses. Inbound reads them for
 	// FrameUDP and FrameESP (Dst may be left invalid when the local
 	// address is unknown: the SA is then found by SPI alone) and sets them
@@ -92,28 +113,9 @@ type Packet struct {
 	// endpoints (ports are set for ESP-in-UDP only).
 	Src, Dst netip.AddrPort
 
-	// Verdict and Drop are the result of Outbound or Inbound.
-	Verdict Verdict
-	Drop    DropReason
-	// SPI and Seq identify the SA and the (64-bit) sequence number used,
-	// when an SA was found.
-	SPI uint32
-	Seq uint64
-
-	l4off  int // Outbound result: offset of the IP payload in buf
-	espoff int // offset of the ESP header in buf
-	l3len  int // length of the (outer or transport) IP header
-	v6     bool
-	tunnel bool
-	nhoff  int // offset of the outer next-header byte from the IP header start
-
-	// engine-private per-packet state: no per-packet allocation.
-	sa      *sa
-	b       *batch
-	req     crypto.Request
 	aad     [12]byte
 	trailer [4]byte
-	bytes   int // inner bytes accounted against lifetimes
+	pool    *Pool
 }
 
 // Data returns the packet bytes. The slice aliases the buffer: it is valid

@@ -270,6 +270,11 @@ func (r *Result) cycleProblems(cycles [][]int, byPair map[[2]int32][]int32) []Pr
 			names = append(names, r.Scripts[f].Path)
 		}
 		names = append(names, r.Scripts[first].Path)
+		if len(cyc) == 1 {
+			// FreeBSD meets a self-loop on re-entering the script and
+			// prints it as "x -> x -> x".
+			names = append(names, r.Scripts[first].Path)
+		}
 		p := Problem{
 			Kind: Cycle, File: closing, Path: r.Scripts[closing].Path, Name: name,
 			Cycle: slices.Clone(cyc), Text: cycleText(name, names),

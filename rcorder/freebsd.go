@@ -26,6 +26,11 @@ package rcorder
 // Nothing here is a general graph algorithm: the graph itself is handled
 // with gonum in order.go.
 
+import (
+	"fmt"
+	"strings"
+)
+
 const nilIdx = -1
 
 // maxLoopPath bounds the loop paths recorded for messages.
@@ -49,6 +54,7 @@ type emuFile struct {
 type emuProv struct {
 	name       string
 	fake       bool  // created for a BEFORE line
+	fakeNum    int32 // fake: FreeBSD names it fake_prov_%08d with this number
 	declFile   int32 // fake: the file that declared BEFORE
 	declTok    int32 // fake: index into Script.Before
 	exists     bool  // FreeBSD: hash value != NULL (somebody provides it)
@@ -211,11 +217,32 @@ func newEmulator(scripts []Script) *emulator {
 	// from the last BEFORE token of the last file backwards; each new
 	// requirement is prepended to the provider's list, so the one made
 	// last ends up first.
+	//
+	// make_fake_provision numbers the fake provisions from 0 in that
+	// order, skipping numbers whose name is already in the hash table;
+	// only a tree that itself uses such names can hit one.
 	var pre [][]emuReq
+	fakeNum, fakeLike := int32(0), false
+	if len(e.tokProv) > len(e.filePN)+nreq { // the tree has BEFORE lines
+		for i := range scripts {
+			if hasFakeName(&scripts[i]) {
+				fakeLike = true
+				break
+			}
+		}
+	}
 	for i := n - 1; i >= 0; i-- {
 		s := &scripts[i]
 		for k := len(s.Before) - 1; k >= 0; k-- {
 			fake := e.newProv("")
+			for fakeLike {
+				if _, taken := e.byName[fakeName(fakeNum)]; !taken {
+					break
+				}
+				fakeNum++
+			}
+			e.provs[fake].fakeNum = fakeNum
+			fakeNum++
 			e.provs[fake].fake = true
 			e.provs[fake].declFile = int32(i)
 			e.provs[fake].declTok = int32(k)
@@ -404,4 +431,29 @@ func (e *emulator) loop(p int32, f int32) {
 		path = append(path, f, stack[start])
 	}
 	e.events = append(e.events, emuEvent{prov: p, path: path, file: f, tok: -1})
+}
+
+// fakeName is FreeBSD's name for its fake provision number k, which its
+// messages print for a loop through a BEFORE line.
+func fakeName(k int32) string { return fmt.Sprintf("fake_prov_%08d", k) }
+
+// label is the provision's name as FreeBSD prints it.
+func (e *emulator) label(p int32) string {
+	if e.provs[p].fake {
+		return fakeName(e.provs[p].fakeNum)
+	}
+	return e.provs[p].name
+}
+
+// hasFakeName reports whether a token of s could collide with a name of
+// a fake provision.
+func hasFakeName(s *Script) bool {
+	for _, l := range [][]string{s.Provides, s.Requires, s.Before} {
+		for _, t := range l {
+			if strings.HasPrefix(t, "fake_prov_") {
+				return true
+			}
+		}
+	}
+	return false
 }

@@ -202,35 +202,39 @@ func checkAgainstReference(t testing.TB, scripts []Script) {
 	}
 
 	// Messages: FreeBSD's "no providers" and "unknown provision" ones
-	// (duplicates once), and its loop message for every cycle it traces
-	// through distinct files, the first time it meets that cycle.
-	var wantMsgs []string
+	// (duplicates once), and, for every cycle Keel reports that FreeBSD
+	// traces through distinct files, FreeBSD's text from the first time
+	// it meets that cycle.
+	gotMsgs := problemTexts(r)
+	keelCycles := map[string]string{}
+	for _, p := range r.Problems {
+		if p.Kind == Cycle {
+			keelCycles[cycleKey(p.Cycle)] = p.Text
+		}
+	}
 	seenCycle := map[string]bool{}
 	for _, m := range ref.msgs {
 		if sm := refLoopMsg.FindStringSubmatch(m); sm != nil {
-			files := strings.Split(sm[1], " -> ")
-			files = files[:len(files)-1]
-			set := slices.Compact(slices.Sorted(slices.Values(files)))
-			key := strings.Join(set, ",")
-			if len(set) != len(files) && len(set) != 1 {
-				continue // FreeBSD's path repeats a file: not an elementary cycle
+			names := strings.Split(sm[1], " -> ")
+			names = names[:len(names)-1]
+			var cyc []int
+			for _, name := range names {
+				cyc = append(cyc, slices.IndexFunc(scripts, func(s Script) bool { return s.Path == name }))
 			}
-			if !seenCycle[key] {
-				seenCycle[key] = true
-				wantMsgs = append(wantMsgs, m)
+			if len(slices.Compact(slices.Sorted(slices.Values(cyc)))) == 1 {
+				cyc = cyc[:1] // FreeBSD prints a self-loop as "x -> x -> x"
+			}
+			key := cycleKey(cyc)
+			if seenCycle[key] {
+				continue
+			}
+			seenCycle[key] = true
+			if text, ok := keelCycles[key]; ok && text != m {
+				t.Fatalf("cycle %q printed as %q, FreeBSD %q", names, text, m)
 			}
 			continue
 		}
-		if keptMessage.MatchString(m) && !slices.Contains(wantMsgs, m) {
-			wantMsgs = append(wantMsgs, m)
-		}
-	}
-	var gotMsgs []string
-	for _, p := range r.Problems {
-		gotMsgs = append(gotMsgs, p.Text)
-	}
-	for _, m := range wantMsgs {
-		if !slices.Contains(gotMsgs, m) {
+		if keptMessage.MatchString(m) && !slices.Contains(gotMsgs, m) {
 			t.Fatalf("FreeBSD prints %q; Keel prints %q", m, gotMsgs)
 		}
 	}
@@ -286,38 +290,46 @@ func TestFreeBSDWalkSubtleties(t *testing.T) {
 		seq    []int  // FreeBSD's raw sequence numbers, command-line order
 		msgs   []string
 	}{
-		// The loop entry is searched from the most recent stack entry
-		// down: z is met twice on the walk (a re-entry), and only the
-		// part of the stack above its latest occurrence is marked.
-		{"loop entry is the most recent occurrence",
-			[]string{"w: PROVIDE: w|REQUIRE: z", "y: PROVIDE: y|REQUIRE: z", "z: PROVIDE: z|REQUIRE: y w"},
-			"y / w / z", []int{4, 2, 5},
-			[]string{"Circular dependency on provision `z': z -> w -> z.", "Circular dependency on provision `z': z -> y -> z."}},
-		// Every remaining provider is tried, in provider-list order:
-		// the first one (the later file) is not on the stack.
-		{"loop search tries every provider",
-			[]string{"a: PROVIDE: n|REQUIRE: m", "b: PROVIDE: m|REQUIRE: n", "c: PROVIDE: n"},
-			"c / a / b", []int{3, 4, 1},
-			[]string{"Circular dependency on provision `n': a -> b -> a."}},
-		// Tracing fails when no remaining provider is on the stack: no
-		// file is marked, so nothing is pushed to the end.
+		// p and q both provide and require n. q's own loop marks q; then
+		// p meets n in progress, but no remaining provider of n (only p)
+		// is on the stack: tracing fails, p gets no issue and keeps a
+		// low sequence (a re-walk later sets it to 1).
 		{"tracing failure marks nobody",
-			[]string{"p: PROVIDE: n|REQUIRE: n", "q: PROVIDE: n", "r: REQUIRE: n"},
-			"p q / r", []int{1, 1, 2},
-			nil},
-		// BEFORE requirements are prepended, so walked before REQUIREs;
-		// BEFORE lines are processed last line first.
-		{"BEFORE edges walked first",
-			[]string{"a: PROVIDE: a|REQUIRE: b", "b: PROVIDE: b|REQUIRE: c", "c: PROVIDE: c|BEFORE: a"},
-			"c / b / a", []int{3, 2, 1},
-			nil},
-		// A relinked, finished file is walked again with no requirements
-		// left: FreeBSD gives x sequence 1 although it waits for y.
-		// Keel moves it to the level above y.
-		{"re-walked file is raised above what it waits for",
-			[]string{"y: PROVIDE: y", "x: PROVIDE: d|REQUIRE: y", "s: PROVIDE: d|REQUIRE: d"},
-			"y / x / s", []int{1, 1, 3},
-			[]string{"Circular dependency on provision `d': s -> s -> s."}},
+			[]string{"p: PROVIDE: n|REQUIRE: n", "q: PROVIDE: n|REQUIRE: n"},
+			"p / q", []int{1, 3},
+			[]string{"Circular dependency on provision `n': q -> q -> q."}},
+		// Every remaining provider of the provision is tried, in
+		// provider-list order (last parsed first), not only the first.
+		{"loop search tries every provider",
+			[]string{"a: PROVIDE: n2 n0|REQUIRE: n2", "b: PROVIDE: n0", "c: PROVIDE: n2|REQUIRE: n2", "d: REQUIRE: n0"},
+			"b / c / a d", []int{4, 1, 2, 4},
+			[]string{"Circular dependency on provision `n2': a -> c -> a.", "Circular dependency on provision `n2': a -> a -> a."}},
+		// The stack is searched from its most recent entry down: c is on
+		// it twice here (a re-entry).
+		{"loop entry is the most recent stack entry",
+			[]string{"a: PROVIDE: n1|REQUIRE: n3", "b: PROVIDE: n2", "c: PROVIDE: n1 n0|REQUIRE: n1 n0|BEFORE: n3", "d: PROVIDE: n2 n3|REQUIRE: n2"},
+			"a b / c / d", []int{1, 1, 5, 6},
+			[]string{"Circular dependency on provision `n0': c -> c -> c.", "Circular dependency on provision `n2': d -> d -> d."}},
+		// BEFORE requirements are prepended to the provider's list, so
+		// walked before its own REQUIREs (appending them gives a: 1).
+		{"BEFORE requirements are walked first",
+			[]string{"a: REQUIRE: n|BEFORE: n", "b: PROVIDE: n|REQUIRE: n"},
+			"b / a", []int{4, 3},
+			[]string{"Circular dependency on provision `fake_prov_00000000': a -> b -> a."}},
+		// BEFORE lines are processed last first (bl_list is a prepended
+		// list), which also numbers the fake provisions.
+		{"BEFORE lines are processed last first",
+			[]string{"a: PROVIDE: n3|BEFORE: n2", "b: PROVIDE: n2 n3|BEFORE: n3"},
+			"b / a", []int{4, 3},
+			[]string{"Circular dependency on provision `fake_prov_00000001': a -> b -> a."}},
+		// FreeBSD prints a before b although a waits for b (b's BEFORE
+		// n3 makes every provider of n3 wait for it): b's provisions are
+		// published at its re-entered visit's sequence. Keel moves a to
+		// the level above b.
+		{"a script FreeBSD puts below what it waits for is raised",
+			[]string{"a: PROVIDE: n3", "b: PROVIDE: n3|BEFORE: n3 n3"},
+			"b / a", []int{2, 3},
+			[]string{"Circular dependency on provision `fake_prov_00000001': b -> b -> b."}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -679,7 +679,7 @@ func (r *Result) collectProblems(em *emulator, sccs [][]graph.Node) {
 		p.Name = em.provs[ev.prov].name
 		p.File = int(ev.file)
 		p.Path = scripts[ev.file].Path
-		p.Text = cycleText(p.Name, r.pathNames(ev.path))
+		p.Text = cycleText(em.label(ev.prov), r.pathNames(ev.path))
 		r.Problems = append(r.Problems, p)
 	}
 	for i := range cycles {

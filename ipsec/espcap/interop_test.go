@@ -171,8 +171,10 @@ func readIPs(t *testing.T, path string) [][]byte {
 
 func haveScapy(t *testing.T) {
 	t.Helper()
-	if err := exec.Command(python, "-c", "import scapy.layers.ipsec").Run(); err != nil {
-		t.Skipf("scapy not available (%s, Debian python3-scapy): %v", python, err)
+	// scapy's ESP needs python3-cryptography (a Recommends of
+	// python3-scapy, so install it explicitly with --no-install-recommends).
+	if err := exec.Command(python, "-c", "import scapy.layers.ipsec, cryptography.hazmat.primitives.ciphers.aead").Run(); err != nil {
+		t.Skipf("scapy with cryptography not available (%s, Debian python3-scapy python3-cryptography): %v", python, err)
 	}
 }
 

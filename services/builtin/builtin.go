@@ -25,6 +25,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/keelinit/keel/crypto"
+	"github.com/keelinit/keel/ipsec"
 	"github.com/keelinit/keel/modules"
 	"github.com/keelinit/keel/services"
 	"github.com/keelinit/keel/services/api"
@@ -74,6 +75,10 @@ func (s *System) Framework() *crypto.Framework {
 	defer s.mu.RUnlock()
 	return s.fw
 }
+
+// Engine returns the IPsec engine, or nil when the ipsec service is not
+// running. A later data-path builtin (TUN/UDP I/O) attaches to it.
+func (s *System) Engine() *ipsec.Engine { return s.ips.engine() }
 
 // Builtins returns the builtin services by rc.d name.
 func (s *System) Builtins() map[string]services.Builtin {
