@@ -18,6 +18,8 @@
 // a trailing CR on a header line is stripped with a warning; every cycle
 // is reported, each with the single header line whose removal breaks it;
 // and a script that waits for a script on a cycle is never printed before
-// it. Graph algorithms (strongly connected components, elementary cycles,
+// it (where FreeBSD would put it on a lower level, it moves to the lowest
+// level above; where FreeBSD puts both on one level, the level is kept
+// and it is listed second). Graph algorithms (strongly connected components, elementary cycles,
 // shortest paths, DOT encoding) come from gonum.
 package rcorder

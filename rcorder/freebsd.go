@@ -13,15 +13,30 @@ package rcorder
 //   - providers of a name and requirements of a file are also prepended
 //     lists; BEFORE lines become requirements (on a private "fake"
 //     provision of the declaring file) prepended to every provider;
-//   - a file found "in progress" is processed again (FreeBSD only warns),
-//     and a requirement whose provision is in progress is a loop: every
-//     file on the walk from the provider to the current file gets an
-//     "issue", and a file with issues is given level max+1 ("pushed to
-//     the end");
+//   - a file found "in progress" is processed again (FreeBSD only warns,
+//     and its sequence counter is shared by both visits), and a
+//     requirement whose provision is in progress is a loop: the remaining
+//     providers are tried in list order, each searched on the stack of
+//     requiring files from the most recent entry down; the current file
+//     and the stack entries down to the hit get an "issue", and a file
+//     with issues is given sequence max+1 ("pushed to the end"). When no
+//     remaining provider is on the stack, the tracing fails and nobody
+//     gets an issue;
+//   - a provision's sequence is raised when a provider finishes, and a
+//     re-entered file publishes its provisions at the end of its inner
+//     visit, with the sequence it had then;
+//   - a loop through a BEFORE line names the fake provision, as
+//     "fake_prov_%08d";
 //   - the file list unlinks a node twice when it was re-entered, which
-//     relinks already finished files: FreeBSD walks them once more, and
-//     those that had issues get pushed to the end again. The reference
-//     output (testdata/freebsd-probes.txt, tree t4) shows exactly this.
+//     relinks already finished files: FreeBSD walks them once more with
+//     no requirements left, so they get sequence 1, or max+1 if they had
+//     issues. The reference output (testdata/freebsd-probes.txt, tree t4)
+//     shows exactly this.
+//
+// freebsd_ref_test.go holds a naive transliteration of rcorder.c, checked
+// against the real FreeBSD output; the tests compare this emulator with
+// it on thousands of random trees (TestFreeBSDReference and
+// FuzzFreeBSDReference).
 //
 // Nothing here is a general graph algorithm: the graph itself is handled
 // with gonum in order.go.
