@@ -470,6 +470,11 @@ func (f *Framework) shouldMove(cur, target *provEntry, alg Algorithm) bool {
 	return target.state.Load() == stOK && target.score(alg) > cur.score(alg)*(1+f.opts.Hysteresis)
 }
 
+// migrateBatch is how many bindings a migration worker moves between two
+// OS-level yields (each move costs a few µs: session creation, swap, close
+// of the drained old session).
+var migrateBatch = 16
+
 // maintainAll runs maintain on every binding selected by want, with a few
 // workers (session creation may be a device round trip), and returns how
 // many bindings moved.
@@ -492,11 +497,16 @@ func (f *Framework) maintainAll(want func(*Binding) bool) int {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			k := 0
 			for i := next.Add(1) - 1; i < int64(len(todo)); i = next.Add(1) - 1 {
 				if todo[i].maintain() {
 					moved.Add(1)
 				}
-				runtime.Gosched()
+				if k++; migrateBatch > 0 && k%migrateBatch == 0 {
+					osYield()
+				} else {
+					runtime.Gosched()
+				}
 			}
 		}()
 	}

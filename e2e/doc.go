@@ -1,7 +1,10 @@
 // Package e2e holds Keel's root end-to-end tests: two network namespaces
-// joined by a veth pair, a Keel IPsec gateway (cmd/keel-gw, the dataplane
-// keeld hosts) in each with mirrored SAs, and real traffic through the
-// tunnel, checked on the wire with tcpdump and tshark.
+// joined by a veth pair, a keeld in each (on a temporary root: the embedded
+// appliance's rc.d, an rc.conf with ipsec_tun, ipsec_local, ipsec_peer and
+// ipsec_encap, and an ipsec.conf with mirrored SAs), real traffic through
+// the tunnel, checked on the wire with tcpdump and tshark, and keelctl
+// driving the keelds (kldload for the hot rebind, crypto --json for the
+// virtio device's PID, ipsec --json for the counters).
 //
 // Run as root:
 //
@@ -13,7 +16,7 @@
 // tests turn tx-udp-segmentation off on the veths (the kernel then segments
 // the gateways' GSO sends in software and the capture shows every ESP
 // packet); without ethtool, or with KEEL_E2E_UDP_GSO=NO, the gateways run
-// with ipsec_udp_gso=NO instead. The tests build cmd/keel-gw with the go tool
-// on PATH, remove their namespaces and processes even when they fail, and
-// bound every step (about 25 s in all here).
+// with ipsec_udp_gso=NO instead. The tests build cmd/keeld and cmd/keelctl
+// with the go tool on PATH, remove their namespaces and processes even when
+// they fail (a failed test logs both keelds' logs), and bound every step.
 package e2e

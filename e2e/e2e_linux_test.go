@@ -20,7 +20,7 @@ import (
 const helperEnv = "KEEL_E2E_HELPER"
 
 var (
-	gwBin    string // built keel-gw
+	binDir   string // holds the built keeld and keelctl
 	buildErr error
 )
 
@@ -29,16 +29,15 @@ func TestMain(m *testing.M) {
 		os.Exit(helper(h, os.Args[len(os.Args)-2:]))
 	}
 	dir, err := os.MkdirTemp("", "keel-e2e-bin")
-	if err == nil {
-		if os.Geteuid() == 0 {
-			sweepStale()
-			gwBin = filepath.Join(dir, "keel-gw")
-			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-			out, err := exec.CommandContext(ctx, "go", "build", "-o", gwBin, "github.com/keelinit/keel/cmd/keel-gw").CombinedOutput()
-			cancel()
-			if err != nil {
-				buildErr = fmt.Errorf("go build ./cmd/keel-gw: %v\n%s", err, out)
-			}
+	if err == nil && os.Geteuid() == 0 {
+		sweepStale()
+		binDir = dir
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+		out, err := exec.CommandContext(ctx, "go", "build", "-o", dir+string(filepath.Separator),
+			"github.com/keelinit/keel/cmd/keeld", "github.com/keelinit/keel/cmd/keelctl").CombinedOutput()
+		cancel()
+		if err != nil {
+			buildErr = fmt.Errorf("go build ./cmd/keeld ./cmd/keelctl: %v\n%s", err, out)
 		}
 	}
 	code := m.Run()

@@ -8,7 +8,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -19,6 +18,11 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/keelinit/keel/etc"
+	"github.com/keelinit/keel/services"
+	"github.com/keelinit/keel/services/api"
+	"github.com/keelinit/keel/services/builtin"
 )
 
 // The topology of bench/tunnel.sh: A 10.99.0.1 on vA <-> B 10.99.0.2 on vB,
@@ -33,7 +37,8 @@ type side struct {
 	name, ns      string
 	outer, inner  string
 	peer, peerIn  string
-	ctl           string
+	socket        string      // keeld's control socket
+	log           *syncBuffer // keeld's log
 	outKey, inKey string
 	outSPI, inSPI int
 }
@@ -51,6 +56,9 @@ type topo struct {
 	a, b  *side
 	mu    sync.Mutex
 	cmds  []*exec.Cmd
+	// exited holds, for the processes of start, a channel closed once
+	// the process was waited for (start's goroutine is their only Wait).
+	exited map[*exec.Cmd]chan struct{}
 }
 
 // nsPrefix starts the name of every namespace the tests create:
@@ -102,8 +110,8 @@ func requireTools(t *testing.T, tools ...string) {
 	if buildErr != nil {
 		t.Fatal(buildErr)
 	}
-	if gwBin == "" {
-		t.Skip("keel-gw not built")
+	if binDir == "" {
+		t.Skip("keeld and keelctl not built")
 	}
 }
 
@@ -128,6 +136,16 @@ func newTopo(t *testing.T) *topo {
 	tp.b = &side{name: "B", ns: id + "B", outer: outerB, inner: innerB, peer: outerA, peerIn: innerA,
 		outKey: kba, inKey: kab, outSPI: spiBA, inSPI: spiAB}
 	t.Cleanup(tp.cleanup)
+	t.Cleanup(func() {
+		// After cleanup stopped keeld: its log tells why a test failed.
+		if t.Failed() {
+			for _, s := range []*side{tp.a, tp.b} {
+				if s.log != nil {
+					t.Logf("keeld %s log:\n%s", s.name, s.log.String())
+				}
+			}
+		}
+	})
 	tp.run("ip", "netns", "add", tp.a.ns)
 	tp.run("ip", "netns", "add", tp.b.ns)
 	tp.run("ip", "link", "add", "vA", "netns", tp.a.ns, "type", "veth", "peer", "name", "vB", "netns", tp.b.ns)
@@ -160,8 +178,13 @@ func (tp *topo) cleanup() {
 		if c.Process == nil {
 			continue
 		}
-		done := make(chan struct{})
-		go func() { c.Wait(); close(done) }()
+		tp.mu.Lock()
+		done := tp.exited[c]
+		tp.mu.Unlock()
+		if done == nil {
+			done = make(chan struct{})
+			go func() { c.Wait(); close(done) }()
+		}
 		select {
 		case <-done:
 		case <-time.After(time.Until(deadline)):
@@ -194,8 +217,9 @@ func (tp *topo) in(s *side, name string, args ...string) string {
 	return tp.run("ip", append([]string{"netns", "exec", s.ns, name}, args...)...)
 }
 
-// start starts a long-running command in s's namespace, stopped by cleanup.
-func (tp *topo) start(s *side, stdout, stderr io.Writer, env []string, name string, args ...string) *exec.Cmd {
+// start starts a long-running command in s's namespace, stopped by cleanup;
+// the channel is closed when it exits.
+func (tp *topo) start(s *side, stdout, stderr io.Writer, env []string, name string, args ...string) (*exec.Cmd, <-chan struct{}) {
 	tp.t.Helper()
 	c := exec.Command("ip", append([]string{"netns", "exec", s.ns, name}, args...)...)
 	c.Stdout, c.Stderr = stdout, stderr
@@ -204,10 +228,16 @@ func (tp *topo) start(s *side, stdout, stderr io.Writer, env []string, name stri
 	if err := c.Start(); err != nil {
 		tp.t.Fatalf("start %s: %v", name, err)
 	}
+	done := make(chan struct{})
+	go func() { c.Wait(); close(done) }()
 	tp.mu.Lock()
 	tp.cmds = append(tp.cmds, c)
+	if tp.exited == nil {
+		tp.exited = map[*exec.Cmd]chan struct{}{}
+	}
+	tp.exited[c] = done
 	tp.mu.Unlock()
-	return c
+	return c, done
 }
 
 // syncBuffer is a bytes.Buffer safe for a writer process and a reader.
@@ -223,9 +253,12 @@ func (s *syncBuffer) Write(p []byte) (int, error) {
 }
 func (s *syncBuffer) String() string { s.mu.Lock(); defer s.mu.Unlock(); return s.b.String() }
 
-// startGateway starts keel-gw in s's namespace with the providers kld and
-// waits until it is up.
-func (tp *topo) startGateway(s *side, kld string) {
+// startKeeld boots a keeld in s's namespace on a temporary root: the
+// embedded appliance's rc.d and defaults, an rc.conf with the gateway
+// settings (ipsec_tun keel0 and the topology's addresses), cryptodev_modules
+// baseline and kld_list kld, and an ipsec.conf with the SAs mirrored across
+// the two sides. It returns once the boot is over, with ipsec running.
+func (tp *topo) startKeeld(s *side, baseline, kld string) {
 	tp.t.Helper()
 	proto := "esp-udp"
 	if tp.encap == "esp" {
@@ -238,65 +271,123 @@ add %[2]s %[1]s %[9]s %[6]d -m tunnel -r 512 -E aes-gcm-16 %[8]s;
 spdadd %[3]s %[4]s any -P out ipsec esp/tunnel/%[1]s-%[2]s/require;
 spdadd %[4]s %[3]s any -P in ipsec esp/tunnel/%[2]s-%[1]s/require;
 `, s.outer, s.peer, s.inner, s.peerIn, s.outSPI, s.inSPI, s.outKey, s.inKey, proto)
-	file := filepath.Join(tp.dir, "ipsec"+s.name+".conf")
-	if err := os.WriteFile(file, []byte(conf), 0o600); err != nil {
+	rc := fmt.Sprintf(`hostname="keel%s"
+cryptodev_modules="%s"
+kld_list="%s"
+ipsec_enable="YES"
+ipsec_tun="keel0"
+ipsec_local="%s"
+ipsec_peer="%s"
+ipsec_encap="%s"
+ipsec_tun_addr="%s/24"
+ipsec_tun_mtu="1420"
+ipsec_udp_gso="%s"
+`, s.name, baseline, kld, s.outer, s.peer, tp.encap, s.inner, tp.udpGSO)
+	root := filepath.Join(tp.dir, "root"+s.name)
+	if err := writeRoot(root, rc, conf); err != nil {
 		tp.t.Fatal(err)
 	}
-	s.ctl = filepath.Join(tp.dir, "ctl"+s.name)
-	pid := filepath.Join(tp.dir, "pid"+s.name)
-	logb := &syncBuffer{}
-	c := tp.start(s, logb, logb, nil, gwBin, "-ctl", s.ctl, "-pidfile", pid,
-		"ipsec_file="+file, "kld_list="+kld, "ipsec_tun=keel0", "ipsec_local="+s.outer,
-		"ipsec_peer="+s.peer, "ipsec_encap="+tp.encap, "ipsec_tun_addr="+s.inner+"/24", "ipsec_tun_mtu=1420", "ipsec_udp_gso="+tp.udpGSO)
-	for deadline := time.Now().Add(15 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
-		if b, err := os.ReadFile(pid); err == nil && len(b) > 0 {
-			return
+	run := filepath.Join(tp.dir, "run"+s.name)
+	s.socket = filepath.Join(run, "keeld.sock")
+	s.log = &syncBuffer{}
+	_, exited := tp.start(s, s.log, s.log, nil, filepath.Join(binDir, "keeld"), "--root", root, "--runtime-dir", run,
+		"--socket", s.socket, "--log-format", "text")
+	cl := api.NewClient(s.socket)
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		var info api.BootInfo
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		err := cl.Get(ctx, "/v1/boot/status", nil, &info)
+		cancel()
+		if err == nil && info.Booted {
+			break
+		}
+		select {
+		case <-exited:
+			tp.t.Fatalf("keeld %s exited during boot:\n%s", s.name, s.log.String())
+		default:
+		}
+		if time.Now().After(deadline) {
+			tp.t.Fatalf("keeld %s did not boot in 20 s:\n%s", s.name, s.log.String())
 		}
 	}
-	c.Process.Kill()
-	tp.t.Fatalf("gateway %s did not come up:\n%s", s.name, logb.String())
+	var d services.Detail
+	tp.keelctlJSON(s, &d, "status", "ipsec")
+	if d.State != services.StateRunning {
+		tp.t.Fatalf("keeld %s: ipsec %s: %s\n%s", s.name, d.State, d.Reason, s.log.String())
+	}
 }
 
-// ctl sends one control command to s's gateway.
-func (tp *topo) ctl(s *side, cmd string) string {
+// writeRoot writes a keeld root at dir: etc/defaults/rc.conf and etc/rc.d
+// from the embedded default appliance, with rc.conf and ipsec.conf (0600:
+// it holds the keys) replaced.
+func writeRoot(dir, rc, ipsecConf string) error {
+	if err := os.CopyFS(dir, etc.Root()); err != nil {
+		return err
+	}
+	for name, data := range map[string]string{"etc/rc.conf": rc, "etc/ipsec.conf": ipsecConf} {
+		p := filepath.Join(dir, name)
+		os.Remove(p)
+		if err := os.WriteFile(p, []byte(data), 0o600); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// keelctl runs keelctl against s's keeld (bounded to 30 s) and returns its
+// output; it fails the test when keelctl fails.
+func (tp *topo) keelctl(s *side, args ...string) string {
 	tp.t.Helper()
-	c, err := net.DialTimeout("unix", s.ctl, 5*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, filepath.Join(binDir, "keelctl"), append([]string{"--socket", s.socket}, args...)...).Output()
 	if err != nil {
-		tp.t.Fatalf("control %s: %v", s.name, err)
+		var stderr []byte
+		if ee, ok := err.(*exec.ExitError); ok {
+			stderr = ee.Stderr
+		}
+		tp.t.Fatalf("keelctl %s on %s: %v: %s%s", strings.Join(args, " "), s.name, err, out, stderr)
 	}
-	defer c.Close()
-	c.SetDeadline(time.Now().Add(30 * time.Second))
-	fmt.Fprintln(c, cmd)
-	var out bytes.Buffer
-	out.ReadFrom(c)
-	return out.String()
+	return string(out)
 }
 
-type saStatus struct {
-	SPI      uint32
-	Provider string
-	Rebinds  uint64
-	Seq      uint64
+// keelctlJSON runs keelctl --json args and decodes its output into v.
+func (tp *topo) keelctlJSON(s *side, v any, args ...string) {
+	tp.t.Helper()
+	out := tp.keelctl(s, append([]string{"--json"}, args...)...)
+	if err := json.Unmarshal([]byte(out), v); err != nil {
+		tp.t.Fatalf("keelctl --json %s on %s: %v: %q", strings.Join(args, " "), s.name, err, out)
+	}
 }
 
-type snapshot struct {
-	Gateway struct {
-		Out, In struct {
-			Packets uint64
-			Drops   map[string]uint64
+// status is keelctl --json ipsec: the gateway interface's counters and the
+// SAs.
+func (tp *topo) status(s *side) builtin.IPsec {
+	tp.t.Helper()
+	var v builtin.IPsec
+	tp.keelctlJSON(s, &v, "ipsec")
+	if !v.Running || len(v.Interfaces) != 1 || v.Interfaces[0].Name != "keel0" {
+		tp.t.Fatalf("keelctl ipsec on %s: %+v", s.name, v)
+	}
+	return v
+}
+
+// waitSAs waits (10 s at most) until every SA of s is bound to provider.
+func (tp *topo) waitSAs(s *side, provider string) builtin.IPsec {
+	tp.t.Helper()
+	var v builtin.IPsec
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		v = tp.status(s)
+		ok := len(v.SAs) == 2
+		for _, sa := range v.SAs {
+			ok = ok && sa.Provider == provider
+		}
+		if ok {
+			return v
 		}
 	}
-	SAs []saStatus
-}
-
-func (tp *topo) status(s *side) snapshot {
-	tp.t.Helper()
-	var sn snapshot
-	out := tp.ctl(s, "status")
-	if err := json.Unmarshal([]byte(out), &sn); err != nil {
-		tp.t.Fatalf("status %s: %v: %q", s.name, err, out)
-	}
-	return sn
+	tp.t.Fatalf("keeld %s: SAs not all on %s: %+v", s.name, provider, v.SAs)
+	return v
 }
 
 // capture runs tcpdump on s's veth; stop it to get the pcap path.

@@ -7,6 +7,9 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/keelinit/keel/services"
+	"github.com/keelinit/keel/services/builtin"
 )
 
 // espSA is a tshark esp_sa UAT record for one direction.
@@ -14,9 +17,11 @@ func espSA(src, dst string, spi int, key string) string {
 	return fmt.Sprintf(`"IPv4","%s","%s","0x%08x","AES-GCM with 16 octet ICV [RFC4106]","%s","NULL",""`, src, dst, spi, key)
 }
 
-// TestTunnel: ping and a TCP transfer in each direction pass through the
-// tunnel; a capture on the veth shows only ESP in UDP/4500, and tshark
-// decrypts every packet with the SA keys and finds its ICV good.
+// TestTunnel: a keeld in each namespace runs the gateway with mirrored SAs;
+// ping and a TCP transfer in each direction pass through the tunnel; a
+// capture on the veth shows only ESP (in UDP/4500, or raw), and tshark
+// decrypts every packet with the SA keys and finds its ICV good; keelctl
+// shows the interface's counters.
 func TestTunnel(t *testing.T) {
 	for _, encap := range []string{"udp", "esp"} {
 		t.Run(encap, func(t *testing.T) { testTunnel(t, encap) })
@@ -27,8 +32,15 @@ func testTunnel(t *testing.T, encap string) {
 	requireTools(t, "ping", "tcpdump", "tshark")
 	tp := newTopo(t)
 	tp.encap = encap
-	tp.startGateway(tp.a, "cryptosoft aesni")
-	tp.startGateway(tp.b, "cryptosoft aesni")
+	tp.startKeeld(tp.a, "cryptosoft", "aesni")
+	tp.startKeeld(tp.b, "cryptosoft", "aesni")
+	for _, s := range []*side{tp.a, tp.b} {
+		var d services.Detail
+		tp.keelctlJSON(s, &d, "status", "ipsec")
+		if want := fmt.Sprintf("tun keel0 %s %s->%s", encap, s.outer, s.peer); !strings.Contains(d.StatusText, want) {
+			t.Errorf("keeld %s: ipsec status %q lacks %q", s.name, d.StatusText, want)
+		}
+	}
 	cp := tp.capture(tp.a, 65535)
 
 	tp.in(tp.a, "ping", "-c", "3", "-i", "0.2", "-W", "2", innerB)
@@ -86,28 +98,34 @@ func testTunnel(t *testing.T, encap string) {
 		t.Fatalf("decrypted inner traffic: %d TCP packets to port 5001, %d ICMP (want 12)", len(inner), len(icmp))
 	}
 	for _, s := range []*side{tp.a, tp.b} {
-		sn := tp.status(s)
-		if sn.Gateway.Out.Packets == 0 || sn.Gateway.In.Packets == 0 {
-			t.Fatalf("gateway %s counters: %+v", s.name, sn.Gateway)
+		gw := tp.status(s).Interfaces[0]
+		if gw.Out.Packets == 0 || gw.In.Packets == 0 || gw.Encap != encap {
+			t.Fatalf("keeld %s interface: %+v", s.name, gw)
 		}
-		for reason, n := range sn.Gateway.In.Drops {
-			t.Errorf("gateway %s dropped %d inbound packets: %s", s.name, n, reason)
+		for reason, n := range gw.In.Drops {
+			t.Errorf("keeld %s dropped %d inbound packets: %s", s.name, n, reason)
+		}
+		// The plain table a user reads.
+		out := tp.keelctl(s, "ipsec", "if")
+		if !strings.Contains(out, "OUT PKTS") || !strings.Contains(out, "keel0") || !strings.Contains(out, s.outer) {
+			t.Errorf("keelctl ipsec if on %s:\n%s", s.name, out)
 		}
 	}
 }
 
-// TestHotRebind: the tunnel starts with only cryptosoft; mid-transfer aesni
-// is loaded, every SA rebinds to it live, the transfer completes intact, and
-// the ESP sequence numbers on the wire have no gap and no repeat.
+// TestHotRebind: the tunnel starts with only cryptosoft; mid-transfer
+// `keelctl kldload aesni` loads aesni, every SA rebinds to it live, the
+// transfer completes intact, and the ESP sequence numbers on the wire have
+// no gap and no repeat.
 func TestHotRebind(t *testing.T) {
 	requireTools(t, "tcpdump", "tshark")
 	tp := newTopo(t)
-	tp.startGateway(tp.a, "cryptosoft")
-	tp.startGateway(tp.b, "cryptosoft")
+	tp.startKeeld(tp.a, "cryptosoft", "")
+	tp.startKeeld(tp.b, "cryptosoft", "")
 	for _, s := range []*side{tp.a, tp.b} {
 		for _, sa := range tp.status(s).SAs {
 			if sa.Provider != "cryptosoft" {
-				t.Fatalf("gateway %s SA %#x on %q before the load", s.name, sa.SPI, sa.Provider)
+				t.Fatalf("keeld %s SA %#x on %q before the load", s.name, sa.SPI, sa.Provider)
 			}
 		}
 	}
@@ -116,8 +134,8 @@ func TestHotRebind(t *testing.T) {
 	tp.tcpTransfer(tp.a, tp.b, total, rate, func() {
 		time.Sleep(time.Second)
 		for _, s := range []*side{tp.a, tp.b} {
-			if out := strings.TrimSpace(tp.ctl(s, "kldload aesni")); out != "ok" {
-				t.Fatalf("kldload aesni on %s: %s", s.name, out)
+			if out := tp.keelctl(s, "kldload", "aesni"); !strings.Contains(out, "aesni") {
+				t.Errorf("keelctl kldload aesni on %s: %s", s.name, out)
 			}
 		}
 	})
@@ -128,11 +146,11 @@ func TestHotRebind(t *testing.T) {
 		sn := tp.status(s)
 		for _, sa := range sn.SAs {
 			if sa.Provider != "aesni" || sa.Rebinds == 0 {
-				t.Errorf("gateway %s SA %#x: provider %q after %d rebinds, want aesni", s.name, sa.SPI, sa.Provider, sa.Rebinds)
+				t.Errorf("keeld %s SA %#x: provider %q after %d rebinds, want aesni", s.name, sa.SPI, sa.Provider, sa.Rebinds)
 			}
 		}
-		for reason, n := range sn.Gateway.In.Drops {
-			t.Errorf("gateway %s dropped %d inbound packets: %s", s.name, n, reason)
+		for reason, n := range sn.Interfaces[0].In.Drops {
+			t.Errorf("keeld %s dropped %d inbound packets: %s", s.name, n, reason)
 		}
 	}
 	lines := tp.tshark(cp.file, "-Y", "esp", "-T", "fields", "-e", "esp.spi", "-e", "esp.sequence")
@@ -160,45 +178,57 @@ func TestHotRebind(t *testing.T) {
 }
 
 // TestProviderDeath: the SAs run on the virtio provider (an emulated
-// virtio-crypto device in its own process); mid-transfer both gateways'
-// device processes are killed. The SAs fail over to cryptosoft and the TCP
-// transfer completes intact.
+// virtio-crypto device in its own process, keeld's cryptodev_modules);
+// cryptosoft is loaded with keelctl as a fallback; mid-transfer both
+// keelds' device processes (PIDs from keelctl crypto --json) are killed.
+// The SAs fail over to cryptosoft and the TCP transfer completes intact.
 func TestProviderDeath(t *testing.T) {
 	requireTools(t)
 	tp := newTopo(t)
-	tp.startGateway(tp.a, "virtio")
-	tp.startGateway(tp.b, "virtio")
+	tp.startKeeld(tp.a, "virtio", "")
+	tp.startKeeld(tp.b, "virtio", "")
 	for _, s := range []*side{tp.a, tp.b} {
 		// A fallback, loaded after the SAs are bound to virtio.
-		if out := strings.TrimSpace(tp.ctl(s, "kldload cryptosoft")); out != "ok" {
-			t.Fatalf("kldload cryptosoft on %s: %s", s.name, out)
-		}
+		tp.keelctl(s, "kldload", "cryptosoft")
 		for _, sa := range tp.status(s).SAs {
 			if sa.Provider != "virtio" {
-				t.Fatalf("gateway %s SA %#x on %q, want virtio", s.name, sa.SPI, sa.Provider)
+				t.Fatalf("keeld %s SA %#x on %q, want virtio", s.name, sa.SPI, sa.Provider)
 			}
 		}
 	}
+	devicePID := func(s *side) int {
+		var cv builtin.Crypto
+		tp.keelctlJSON(s, &cv, "crypto")
+		for _, p := range cv.Providers {
+			if p.Name == "virtio" {
+				pid, err := strconv.Atoi(p.Params["device_pid"])
+				if err != nil || pid <= 0 {
+					t.Fatalf("keeld %s: virtio device_pid %q", s.name, p.Params["device_pid"])
+				}
+				return pid
+			}
+		}
+		t.Fatalf("keeld %s: no virtio provider in %+v", s.name, cv.Providers)
+		return 0
+	}
+	pids := map[*side]int{tp.a: devicePID(tp.a), tp.b: devicePID(tp.b)}
 	const total, rate = 16 << 20, 6 << 20 // about 3 s
 	tp.tcpTransfer(tp.a, tp.b, total, rate, func() {
 		time.Sleep(time.Second)
 		for _, s := range []*side{tp.a, tp.b} {
-			pid, err := strconv.Atoi(strings.TrimSpace(tp.ctl(s, "virtio-pid")))
-			if err != nil || pid <= 0 {
-				t.Fatalf("virtio device pid of %s: %v", s.name, err)
-			}
-			if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
-				t.Fatalf("kill virtio device %d of %s: %v", pid, s.name, err)
+			if err := syscall.Kill(pids[s], syscall.SIGKILL); err != nil {
+				t.Fatalf("kill virtio device %d of %s: %v", pids[s], s.name, err)
 			}
 		}
 	})
 	for _, s := range []*side{tp.a, tp.b} {
-		sn := tp.status(s)
+		sn := tp.waitSAs(s, "cryptosoft")
 		for _, sa := range sn.SAs {
-			if sa.Provider != "cryptosoft" || sa.Rebinds == 0 {
-				t.Errorf("gateway %s SA %#x: provider %q after %d rebinds, want cryptosoft", s.name, sa.SPI, sa.Provider, sa.Rebinds)
+			if sa.Rebinds == 0 {
+				t.Errorf("keeld %s SA %#x: on cryptosoft after %d rebinds", s.name, sa.SPI, sa.Rebinds)
 			}
 		}
-		t.Logf("gateway %s drops after the failover: out %v, in %v", s.name, sn.Gateway.Out.Drops, sn.Gateway.In.Drops)
+		gw := sn.Interfaces[0]
+		t.Logf("keeld %s drops after the failover: out %v, in %v", s.name, gw.Out.Drops, gw.In.Drops)
 	}
 }

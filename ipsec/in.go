@@ -37,11 +37,12 @@ func (e *Engine) Inbound(pkts []*Packet) {
 	b := e.getBatch()
 	tab := e.sad.Load()
 	var runSA *sa
+	var sc saCache
 	for _, p := range pkts {
 		p.Verdict, p.Drop, p.SPI, p.Seq = VerdictDrop, DropNone, 0, 0
 		p.l4off, p.espoff, p.l3len, p.nhoff, p.v6, p.tunnel = 0, 0, 0, 0, false, false
 		p.b, p.sa = b, nil
-		s := e.parseIn(p, tab)
+		s := e.parseIn(p, tab, &sc)
 		if s == nil {
 			continue
 		}
@@ -55,15 +56,39 @@ func (e *Engine) Inbound(pkts []*Packet) {
 	e.wait(b)
 }
 
+// saCache remembers the last inbound SA lookup of a batch: consecutive
+// packets of one SA skip the SAD map.
+type saCache struct {
+	s   *sa
+	spi uint32
+	dst netip.Addr
+	udp bool
+}
+
 // parseIn validates the framing of p up to the ESP header and finds its
 // SA. It returns nil when the packet got a verdict already.
-func (e *Engine) parseIn(p *Packet, tab *sadTable) *sa {
+func (e *Engine) parseIn(p *Packet, tab *sadTable, sc *saCache) *sa {
 	udp := false
 	switch p.Frame {
 	case FrameIP:
 		d := p.buf[p.off:p.end]
-		h, ok := parseIP(d)
-		if !ok {
+		if len(d) >= 28 && d[0] == 0x45 && d[9] == protoESP && binary.BigEndian.Uint16(d[6:])&0x3fff == 0 {
+			// Plain IPv4 ESP, not a fragment: the common case, without
+			// the general parse.
+			tot := int(binary.BigEndian.Uint16(d[2:]))
+			if tot < 20 || tot > len(d) {
+				e.drop(p, nil, DropMalformed)
+				return nil
+			}
+			p.end = p.off + tot
+			p.Src = netip.AddrPortFrom(netip.AddrFrom4([4]byte(d[12:16])), 0)
+			p.Dst = netip.AddrPortFrom(netip.AddrFrom4([4]byte(d[16:20])), 0)
+			p.espoff = p.off + 20
+			p.l3len, p.nhoff = 20, 9
+			break
+		}
+		var h ipHeader
+		if !parseIPInto(d, &h) {
 			e.drop(p, nil, DropMalformed)
 			return nil
 		}
@@ -132,10 +157,15 @@ func (e *Engine) parseIn(p *Packet, tab *sadTable) *sa {
 		return nil
 	}
 	spi := binary.BigEndian.Uint32(esp)
-	s := tab.lookupIn(spi, p.Dst.Addr(), udp)
-	if s == nil {
-		e.drop(p, nil, DropNoSA)
-		return nil
+	dst := p.Dst.Addr()
+	s := sc.s
+	if s == nil || spi != sc.spi || udp != sc.udp || dst != sc.dst {
+		s = tab.lookupIn(spi, dst, udp)
+		if s == nil {
+			e.drop(p, nil, DropNoSA)
+			return nil
+		}
+		*sc = saCache{s: s, spi: spi, dst: dst, udp: udp}
 	}
 	p.SPI = spi
 	if !s.usable() {
@@ -147,7 +177,7 @@ func (e *Engine) parseIn(p *Packet, tab *sadTable) *sa {
 		e.drop(p, s, DropShort)
 		return nil
 	}
-	if ct%s.block != 0 || ct%4 != 0 {
+	if ct&(s.block-1) != 0 || ct&3 != 0 { // block is a power of two
 		e.drop(p, s, DropBadLength)
 		return nil
 	}
@@ -280,6 +310,27 @@ func (e *Engine) finishIn(p *Packet, s *sa, r *crypto.Request, pc *polCache) boo
 	}
 	tunnel := s.cfg.Mode == spd.ModeTunnel ||
 		(s.cfg.Mode == spd.ModeAny && (nh == protoIPIP || nh == protoIPv6))
+	if tunnel && nh == protoIPIP && pe-ps >= 24 && buf[ps] == 0x45 {
+		// Fast path: a simple inner IPv4 header (no options, not a
+		// fragment) of a flow whose policy decision this completion
+		// batch already made.
+		d := buf[ps:pe]
+		tot := int(binary.BigEndian.Uint16(d[2:]))
+		if tot >= 24 && tot <= len(d) && binary.BigEndian.Uint16(d[6:])&0x3fff == 0 && pc.valid && pc.tunnel {
+			k0, k1 := key4(d)
+			if pc.k0 == k0 && pc.k1 == k1 {
+				p.off, p.end = ps, ps+tot
+				p.tunnel = true
+				p.bytes = tot
+				if !pc.ok {
+					e.drop(p, s, DropPolicy)
+					return false
+				}
+				p.Verdict = VerdictForward
+				return true
+			}
+		}
+	}
 	var h ipHeader
 	var ok bool
 	if tunnel {
@@ -287,7 +338,7 @@ func (e *Engine) finishIn(p *Packet, s *sa, r *crypto.Request, pc *polCache) boo
 			e.drop(p, s, DropBadNextHeader)
 			return false
 		}
-		h, ok = parseIP(buf[ps:pe])
+		ok = parseIPInto(buf[ps:pe], &h)
 		if !ok || h.v6 != (nh == protoIPv6) {
 			e.drop(p, s, DropBadNextHeader)
 			return false
@@ -334,7 +385,7 @@ func (e *Engine) finishIn(p *Packet, s *sa, r *crypto.Request, pc *polCache) boo
 			}
 		}
 		p.off, p.end = start, pe
-		h, ok = parseIP(buf[start:pe])
+		ok = parseIPInto(buf[start:pe], &h)
 		if !ok {
 			e.drop(p, s, DropBadNextHeader)
 			return false

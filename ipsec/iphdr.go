@@ -61,32 +61,42 @@ type ipHeader struct {
 // parseIP validates the IP header at the start of b. It returns ok=false
 // for anything malformed or truncated.
 func parseIP(b []byte) (h ipHeader, ok bool) {
+	ok = parseIPInto(b, &h)
+	return h, ok
+}
+
+// parseIPInto is parseIP writing into *h (which it overwrites entirely):
+// the hot paths use it to avoid copying the header description through
+// the stack, whose small field stores stall the wide loads of a struct
+// copy (store-to-load forwarding).
+func parseIPInto(b []byte, h *ipHeader) bool {
+	*h = ipHeader{}
 	if len(b) < 1 {
-		return h, false
+		return false
 	}
 	switch b[0] >> 4 {
 	case 4:
 		if len(b) < 20 {
-			return h, false
+			return false
 		}
 		hl := int(b[0]&0x0f) * 4
 		tot := int(binary.BigEndian.Uint16(b[2:]))
 		if hl < 20 || tot < hl || tot > len(b) {
-			return h, false
+			return false
 		}
 		h.hlen, h.total, h.proto, h.nhOff = hl, tot, b[9], 9
 		h.frag = binary.BigEndian.Uint16(b[6:])&0x3fff != 0
 		h.src = netip.AddrFrom4([4]byte(b[12:16]))
 		h.dst = netip.AddrFrom4([4]byte(b[16:20]))
 		h.tclass = b[1]
-		return h, true
+		return true
 	case 6:
 		if len(b) < 40 {
-			return h, false
+			return false
 		}
 		tot := 40 + int(binary.BigEndian.Uint16(b[4:]))
 		if tot > len(b) {
-			return h, false
+			return false
 		}
 		h.v6, h.total = true, tot
 		h.src = netip.AddrFrom16([16]byte(b[8:24]))
@@ -97,17 +107,17 @@ func parseIP(b []byte) (h ipHeader, ok bool) {
 			switch nh {
 			case protoHopByHop, protoRouting, protoDstOpts:
 				if off+8 > tot {
-					return h, false
+					return false
 				}
 				l := 8 + int(b[off+1])*8
 				if off+l > tot {
-					return h, false
+					return false
 				}
 				nh, nhOff, off = b[off], off, off+l
 				continue
 			case protoFragment:
 				if off+8 > tot {
-					return h, false
+					return false
 				}
 				h.frag = true
 				nh, nhOff, off = b[off], off, off+8
@@ -116,9 +126,9 @@ func parseIP(b []byte) (h ipHeader, ok bool) {
 			break
 		}
 		h.hlen, h.proto, h.nhOff = off, nh, nhOff
-		return h, true
+		return true
 	}
-	return h, false
+	return false
 }
 
 // flowOf returns the SPD flow of the IP packet b with header h. Ports (or

@@ -178,8 +178,8 @@ type Result struct {
 	// Levels gives each script's 1-based level, numbered densely (1, 2,
 	// 3, ...), as FreeBSD's rcorder -p numbers its lines. A script's
 	// level is above those of all scripts it waits for, except along a
-	// cycle and, downstream of a cycle, where FreeBSD puts a script on
-	// the same level as a script it waits for (Order then still lists it
+	// cycle and, downstream of a cycle, where it may share the level of a
+	// script it waits for (FreeBSD's walk does that; Order then lists it
 	// after that script). WaitFor gives the exact DAG.
 	Levels []int
 	// Edges holds every dependency, grouped by script (REQUIRE then BEFORE).
@@ -458,7 +458,7 @@ func raiseLevels(raw []int, sccs [][]graph.Node, comp []int32, deps [][]int32) {
 	for _, members := range sccs {
 		for _, m := range members {
 			v := m.ID()
-			need := raw[v] // highest sequence v must be above
+			need := raw[v] // max of v and what it waits for in other components
 			for _, d := range deps[v] {
 				if comp[d] != comp[v] {
 					need = max(need, raw[d])

@@ -376,6 +376,12 @@ func TestExplain(t *testing.T) {
 	if !strings.Contains(got, "is on a dependency cycle") {
 		t.Errorf("cycle not explained:\n%s", got)
 	}
+	// x shares self's level (FreeBSD's walk): said so, not hidden.
+	rt := Order(tree(t, "x: REQUIRE: self", "self: PROVIDE: self|REQUIRE: self"), Filter{})
+	got, _ = rt.Explain("x")
+	if !strings.Contains(got, "x (level 1) sits where FreeBSD's walk of a dependency cycle put it") {
+		t.Errorf("level set by the walk not explained:\n%s", got)
+	}
 }
 
 func TestRenderers(t *testing.T) {

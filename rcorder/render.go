@@ -395,6 +395,11 @@ func (r *Result) explainOne(b *strings.Builder, t int) {
 			b.WriteString("\n  scripts on a cycle are pushed after everything ordered before them, as FreeBSD does\n")
 			return
 		}
+		if (best >= 0 && r.Levels[cur] != r.Levels[best]+1) || (best < 0 && r.Levels[cur] != 1) {
+			// Only downstream of a cycle: FreeBSD's walk, not the
+			// longest path, sets the level (see Order).
+			fmt.Fprintf(b, "  %s (level %d) sits where FreeBSD's walk of a dependency cycle put it, not at 1 + its highest requirement\n", s.Path, r.Levels[cur])
+		}
 		if best < 0 {
 			fmt.Fprintf(b, "  %s (level %d) waits for nothing\n", s.Path, r.Levels[cur])
 			return

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/keelinit/keel/services"
+	"github.com/keelinit/keel/services/builtin"
 )
 
 func TestPrintTable(t *testing.T) {
@@ -46,5 +47,33 @@ func TestPrintDetail(t *testing.T) {
 		if !strings.Contains(out, want) {
 			t.Errorf("detail lacks %q:\n%s", want, out)
 		}
+	}
+}
+
+func TestPrintInterfaces(t *testing.T) {
+	cases := []struct {
+		name string
+		ifs  []builtin.Interface
+		want []string
+	}{
+		{"none", nil, []string{"no gateway interface (ipsec_tun is not set)"}},
+		{"healthy", []builtin.Interface{{Name: "keel0", MTU: 1420, Encap: "udp", Outer: "udp:4500", Local: "10.99.0.1", Peer: "10.99.0.2",
+			Out: builtin.IfDir{Packets: 1234, Bytes: 99999}, In: builtin.IfDir{Packets: 777, Bytes: 5555}}},
+			[]string{"IF", "OUT PKTS", "IN DROPS", "keel0", "udp:4500", "10.99.0.1", "10.99.0.2", "1420", "1234", "99999", "777", "5555"}},
+		{"drops and failure", []builtin.Interface{{Name: "keel1", Encap: "esp", Outer: "esp:10.0.0.1", Local: "10.0.0.1",
+			Out: builtin.IfDir{Drops: map[string]uint64{"no-policy": 3}, DropTotal: 3}, In: builtin.IfDir{Drops: map[string]uint64{"bad-icv": 2, "replay": 1}, DropTotal: 3},
+			Error: "keel1: 100 consecutive read errors"}},
+			[]string{"keel1 drops: out no-policy=3; in bad-icv=2,replay=1", "keel1 FAILED: keel1: 100 consecutive read errors"}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			var b bytes.Buffer
+			printInterfaces(&b, c.ifs)
+			for _, want := range c.want {
+				if !strings.Contains(b.String(), want) {
+					t.Errorf("lacks %q:\n%s", want, b.String())
+				}
+			}
+		})
 	}
 }

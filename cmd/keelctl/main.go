@@ -3,7 +3,9 @@
 //	keelctl status              # every service, like systemctl list-units
 //	keelctl status ipsec        # one service in detail; exit 0 active, 3 not
 //	keelctl crypto              # providers, self-tests, speeds, bindings
+//	keelctl ipsec               # gateway interface counters, then the SAs
 //	keelctl ipsec sa            # SAs with counters and providers (never keys)
+//	keelctl ipsec if            # gateway interfaces: packets, bytes, drops
 //	keelctl boot plot > boot.svg
 //
 // The socket is $KEEL_SOCKET, else the default keeld uses
@@ -428,39 +430,110 @@ func speed(p builtin.Provider, alg string) string {
 	return "-"
 }
 
+// getIPsec fetches an ipsec view; ok is false (and "ipsec not running"
+// printed) when the engine is not running.
+func (a *app) getIPsec(path string) (v builtin.IPsec, ok bool, err error) {
+	ctx, cancel := a.ctx()
+	defer cancel()
+	if err := a.client().Get(ctx, path, nil, &v); err != nil {
+		return v, false, err
+	}
+	if a.json {
+		return v, false, a.printJSON(v)
+	}
+	if !v.Running {
+		fmt.Fprintln(a.out, "ipsec not running")
+		return v, false, exitError{3}
+	}
+	return v, true, nil
+}
+
+// printInterfaces prints the gateway interfaces' counters: OUT is what was
+// read from the TUN and sent as ESP, IN what was received and written to the
+// TUN.
+func printInterfaces(w io.Writer, ifs []builtin.Interface) {
+	if len(ifs) == 0 {
+		fmt.Fprintln(w, "no gateway interface (ipsec_tun is not set)")
+		return
+	}
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "IF\tENCAP\tOUTER\tLOCAL\tPEER\tMTU\tOUT PKTS\tOUT BYTES\tOUT DROPS\tIN PKTS\tIN BYTES\tIN DROPS")
+	for _, i := range ifs {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\n", i.Name, i.Encap, i.Outer, i.Local, orDash(nonEmpty(i.Peer)), i.MTU,
+			i.Out.Packets, i.Out.Bytes, i.Out.DropTotal, i.In.Packets, i.In.Bytes, i.In.DropTotal)
+	}
+	tw.Flush()
+	for _, i := range ifs {
+		if len(i.Out.Drops) > 0 || len(i.In.Drops) > 0 {
+			fmt.Fprintf(w, "%s drops: out %s; in %s\n", i.Name, drops(i.Out.Drops), drops(i.In.Drops))
+		}
+		if i.Error != "" {
+			fmt.Fprintf(w, "%s FAILED: %s\n", i.Name, i.Error)
+		}
+	}
+}
+
+func nonEmpty(s string) []string {
+	if s == "" {
+		return nil
+	}
+	return []string{s}
+}
+
+func printSAs(w io.Writer, v builtin.IPsec) {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "SPI\tSRC\tDST\tMODE\tALG\tPROVIDER\tREBINDS\tOUT PKTS\tOUT BYTES\tIN PKTS\tIN BYTES\tDROPS")
+	for _, s := range v.SAs {
+		fmt.Fprintf(tw, "0x%x\t%s\t%s\t%s\t%s\t%s\t%d\t%d\t%d\t%d\t%d\t%s\n", s.SPI, s.Src, s.Dst, s.Mode, s.Alg, s.Provider, s.Rebinds,
+			s.OutPackets, s.OutBytes, s.InPackets, s.InBytes, drops(s.Drops))
+	}
+	tw.Flush()
+	if v.Counters != nil {
+		fmt.Fprintf(w, "\ntotal: out %d pkts, in %d pkts, bypass %d; drops: %s\n", v.Counters.OutPackets, v.Counters.InPackets, v.Counters.Bypass, drops(v.Drops))
+	}
+	if v.Pktgen != "" {
+		fmt.Fprintf(w, "pktgen: %s\n", v.Pktgen)
+	}
+}
+
 func (a *app) ipsecCmd() *cobra.Command {
-	cmd := &cobra.Command{Use: "ipsec", Short: "Show IPsec SAs and policies (never keys)"}
+	cmd := &cobra.Command{
+		Use:   "ipsec",
+		Short: "Show the IPsec gateway interfaces and SAs (never keys); sa, spd and if for one part",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			v, ok, err := a.getIPsec("/v1/ipsec")
+			if !ok {
+				return err
+			}
+			printInterfaces(a.out, v.Interfaces)
+			fmt.Fprintln(a.out)
+			printSAs(a.out, v)
+			return nil
+		},
+	}
 	cmd.AddCommand(&cobra.Command{
+		Use:   "if",
+		Short: "Gateway interfaces (ipsec_tun) with packet, byte and drop counters per direction",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			v, ok, err := a.getIPsec("/v1/ipsec/if")
+			if !ok {
+				return err
+			}
+			printInterfaces(a.out, v.Interfaces)
+			return nil
+		},
+	}, &cobra.Command{
 		Use:   "sa",
 		Short: "SAs with counters, drops by reason and the bound provider",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			ctx, cancel := a.ctx()
-			defer cancel()
-			var v builtin.IPsec
-			if err := a.client().Get(ctx, "/v1/ipsec/sa", nil, &v); err != nil {
+			v, ok, err := a.getIPsec("/v1/ipsec/sa")
+			if !ok {
 				return err
 			}
-			if a.json {
-				return a.printJSON(v)
-			}
-			if !v.Running {
-				fmt.Fprintln(a.out, "ipsec not running")
-				return exitError{3}
-			}
-			tw := tabwriter.NewWriter(a.out, 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "SPI\tSRC\tDST\tMODE\tALG\tPROVIDER\tREBINDS\tOUT PKTS\tOUT BYTES\tIN PKTS\tIN BYTES\tDROPS")
-			for _, s := range v.SAs {
-				fmt.Fprintf(tw, "0x%x\t%s\t%s\t%s\t%s\t%s\t%d\t%d\t%d\t%d\t%d\t%s\n", s.SPI, s.Src, s.Dst, s.Mode, s.Alg, s.Provider, s.Rebinds,
-					s.OutPackets, s.OutBytes, s.InPackets, s.InBytes, drops(s.Drops))
-			}
-			tw.Flush()
-			if v.Counters != nil {
-				fmt.Fprintf(a.out, "\ntotal: out %d pkts, in %d pkts, bypass %d; drops: %s\n", v.Counters.OutPackets, v.Counters.InPackets, v.Counters.Bypass, drops(v.Drops))
-			}
-			if v.Pktgen != "" {
-				fmt.Fprintf(a.out, "pktgen: %s\n", v.Pktgen)
-			}
+			printSAs(a.out, v)
 			return nil
 		},
 	}, &cobra.Command{

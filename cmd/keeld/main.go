@@ -53,6 +53,7 @@ type settings struct {
 }
 
 func main() {
+	runVirtioDevice()
 	if err := rootCmd(run).Execute(); err != nil {
 		fmt.Fprintln(os.Stderr, "keeld:", err)
 		os.Exit(1)

@@ -182,6 +182,40 @@ func TestCLI(t *testing.T) {
 	})
 }
 
+// TestCLIFreeBSDWalk runs the binary on a tree whose levels depend on
+// the details of FreeBSD's walk (values from the transliteration of
+// rcorder.c in rcorder/freebsd_ref_test.go): x reaches self's loop first,
+// with self's provision already in progress, so FreeBSD's tracing fails
+// and self is not pushed to the end; a's BEFORE on its own provision is a
+// loop FreeBSD names by its fake provision.
+func TestCLIFreeBSDWalk(t *testing.T) {
+	bin := buildBinary(t)
+	dir := t.TempDir()
+	files := map[string]string{
+		"a":    "# PROVIDE: a\n# BEFORE: a\n",
+		"b":    "# PROVIDE: b\n",
+		"self": "# PROVIDE: self\n# REQUIRE: self\n",
+		"x":    "# REQUIRE: self b\n",
+	}
+	for name, text := range files {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r := runBin(t, bin, dir, "-p", "a", "b", "self", "x")
+	if want := "b self\nx\na\n"; r.stdout != want || r.code != 1 {
+		t.Errorf("exit %d, stdout:\n%s\nwant:\n%s", r.code, r.stdout, want)
+	}
+	for _, want := range []string{
+		"rcorder: Circular dependency on provision `fake_prov_00000000': a -> a -> a.",
+		"rcorder: Circular dependency on provision `self': self -> self -> self.",
+	} {
+		if !strings.Contains(r.stderr, want+"\n") {
+			t.Errorf("stderr lacks %q:\n%s", want, r.stderr)
+		}
+	}
+}
+
 func TestParseArgs(t *testing.T) {
 	o, err := parseArgs([]string{"-gp", "-knostart", "-k", "shutdown", "-s", "firstboot", "-x", "sshd", "--", "-weird", "b"})
 	if err != nil {

@@ -17,6 +17,7 @@ import (
 	"github.com/keelinit/keel/crypto/aesni"
 	"github.com/keelinit/keel/crypto/glxsb"
 	"github.com/keelinit/keel/crypto/virtio"
+	"github.com/keelinit/keel/crypto/virtio/spec"
 	"github.com/keelinit/keel/modules"
 )
 
@@ -217,15 +218,24 @@ func TestHotPlugRebind(t *testing.T) {
 	}
 }
 
-// TestFailoverOnDeviceDeath: the device is killed or stalled under
-// traffic; the driver fails its in-flight requests, the framework retries
-// them on aesni, and nothing is lost, duplicated or reordered.
+// TestFailoverOnDeviceDeath: the device is killed, stalled, or fails its
+// operations under traffic; the driver fails the requests (Data
+// untouched), the framework retries them on aesni, and nothing is lost,
+// duplicated or reordered.
 func TestFailoverOnDeviceDeath(t *testing.T) {
 	if !aesni.Supported() {
 		t.Skip("aesni not supported on this CPU")
 	}
-	for _, sig := range []syscall.Signal{syscall.SIGKILL, syscall.SIGSTOP} {
-		t.Run(sig.String(), func(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		inject func(p *virtio.Provider) error
+		dies   bool
+	}{
+		{"kill", func(p *virtio.Provider) error { return p.Signal(syscall.SIGKILL) }, true},
+		{"stall", func(p *virtio.Provider) error { return p.Signal(syscall.SIGSTOP) }, true},
+		{"fail-ops", func(p *virtio.Provider) error { return p.InjectFault(spec.FaultFail) }, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
 			fw := quietFW(t, crypto.Options{Hysteresis: 1e6, RequestTimeout: 5 * time.Second})
 			var p *virtio.Provider
 			ready := make(chan struct{})
@@ -265,12 +275,15 @@ func TestFailoverOnDeviceDeath(t *testing.T) {
 				go func() { defer wg.Done(); tr.run(x.b, x.recs, x.doneCh, started.Done, "aesni") }()
 			}
 			started.Wait()
-			if err := p.Signal(sig); err != nil {
+			if err := tc.inject(p); err != nil {
 				t.Fatal(err)
 			}
 			wg.Wait()
 			if len(tr.fails) > 0 {
 				t.Fatalf("%d failures, first: %s", len(tr.fails), tr.fails[0])
+			}
+			if !tc.dies {
+				return
 			}
 			// The fault handler deregisters the dead provider.
 			for deadline := time.Now().Add(waitLimit); ; time.Sleep(time.Millisecond) {

@@ -4,7 +4,9 @@
 //     baseline providers of cryptodev_modules;
 //   - kld loads kld_list through the modules package, one module at a
 //     time in list order, so that each provider's arrival is visible;
-//   - ipsec starts the IPsec engine from ipsec_file (setkey format);
+//   - ipsec starts the IPsec engine from ipsec_file (setkey format) and,
+//     when ipsec_tun is set, the gateway of package ipsec/dataplane (a TUN
+//     device and an ESP-in-UDP or raw ESP socket) on top of it;
 //   - pktgen pushes ESP traffic through the engine's SAs.
 //
 // It also mounts the kldstat/kldload/kldunload, crypto and ipsec
@@ -26,6 +28,7 @@ import (
 
 	"github.com/keelinit/keel/crypto"
 	"github.com/keelinit/keel/ipsec"
+	"github.com/keelinit/keel/ipsec/dataplane"
 	"github.com/keelinit/keel/modules"
 	"github.com/keelinit/keel/services"
 	"github.com/keelinit/keel/services/api"
@@ -60,7 +63,7 @@ func New(opts Options) *System {
 		opts.Logger = slog.Default()
 	}
 	s := &System{opts: opts, log: opts.Logger, loader: modules.NewLoader(modules.WithLogger(opts.Logger))}
-	s.ips = &ipsecService{sys: s}
+	s.ips = newIPsecService(s)
 	s.pg = &pktgenService{sys: s}
 	return s
 }
@@ -77,8 +80,13 @@ func (s *System) Framework() *crypto.Framework {
 }
 
 // Engine returns the IPsec engine, or nil when the ipsec service is not
-// running. A later data-path builtin (TUN/UDP I/O) attaches to it.
+// running.
 func (s *System) Engine() *ipsec.Engine { return s.ips.engine() }
+
+// Gateway returns the IPsec gateway (ipsec_tun), or nil when the ipsec
+// service is not running or runs without an interface. The gateway stays
+// owned by the ipsec service, which closes it on stop, reload or restart.
+func (s *System) Gateway() *dataplane.Gateway { return s.ips.gateway() }
 
 // Builtins returns the builtin services by rc.d name.
 func (s *System) Builtins() map[string]services.Builtin {

@@ -8,26 +8,62 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"log/slog"
+	"net/netip"
 	"path"
+	"reflect"
 	"strings"
 	"sync"
 
 	"github.com/keelinit/keel/ipsec"
+	"github.com/keelinit/keel/ipsec/dataplane"
 	"github.com/keelinit/keel/ipsec/setkey"
 	"github.com/keelinit/keel/ipsec/spd"
+	"github.com/keelinit/keel/netio"
 	"github.com/keelinit/keel/services"
 )
 
 // ErrNoFramework is returned by ipsec when cryptodev is not running.
 var ErrNoFramework = errors.New("crypto framework not running (is cryptodev enabled?)")
 
-// ipsecService runs the IPsec engine from ipsec_file.
-type ipsecService struct {
-	sys *System
+// dataplaneVars are the rc.conf variables of the gateway (see
+// dataplane.ConfigFromRC). A change to any of them restarts the gateway.
+var dataplaneVars = []string{"ipsec_tun", "ipsec_local", "ipsec_peer", "ipsec_encap", "ipsec_tun_addr",
+	"ipsec_tun_mtu", "ipsec_routes", "ipsec_natt_port", "ipsec_udp_gso"}
 
-	mu  sync.RWMutex
-	eng *ipsec.Engine
-	src string // file the configuration came from
+// gatewayStarter opens a gateway's I/O and starts its loops; it is
+// dataplane.Start except in tests, which use in-memory I/O.
+type gatewayStarter func(ctx context.Context, eng *ipsec.Engine, cfg dataplane.Config) (*dataplane.Gateway, error)
+
+// routeSetter routes prefixes into the interface name; it is
+// netio.ConfigureInterface except in tests.
+type routeSetter func(name string, routes []netip.Prefix) error
+
+// ipsecService runs the IPsec engine from ipsec_file and, when ipsec_tun is
+// set, the gateway (TUN and outer socket) on top of it.
+type ipsecService struct {
+	sys       *System
+	startGW   gatewayStarter
+	setRoutes routeSetter
+
+	mu    sync.RWMutex
+	eng   *ipsec.Engine
+	src   string             // file the configuration came from
+	gw    *dataplane.Gateway // nil without ipsec_tun
+	gwCfg dataplane.Config   // what gw was started with
+}
+
+func newIPsecService(sys *System) *ipsecService {
+	return &ipsecService{sys: sys, startGW: dataplane.Start, setRoutes: func(name string, routes []netip.Prefix) error {
+		return netio.ConfigureInterface(name, nil, routes)
+	}}
+}
+
+// gateway returns the running gateway, or nil.
+func (s *ipsecService) gateway() *dataplane.Gateway {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.gw
 }
 
 func (s *ipsecService) engine() *ipsec.Engine {
@@ -58,7 +94,19 @@ func readConfig(env services.BuiltinEnv) (*setkey.Config, string, error) {
 	return cfg, file, nil
 }
 
+// Settings are the ipsec_file (name and content hash) and the gateway's
+// variables: a change is applied in place by Reload.
 func (s *ipsecService) Settings(env services.BuiltinEnv) map[string]string {
+	out := fileSettings(env)
+	for _, v := range dataplaneVars {
+		out[v] = env.Config.Get(v)
+	}
+	return out
+}
+
+// fileSettings identify the SAs and policies: ipsec_file and a hash of its
+// content.
+func fileSettings(env services.BuiltinEnv) map[string]string {
 	out := map[string]string{"ipsec_file": env.Config.Get("ipsec_file")}
 	rel := strings.TrimPrefix(path.Clean("/"+env.Config.Get("ipsec_file")), "/")
 	if data, err := fs.ReadFile(env.Root, rel); err == nil {
@@ -69,10 +117,29 @@ func (s *ipsecService) Settings(env services.BuiltinEnv) map[string]string {
 	return out
 }
 
+// gatewayConfig returns the gateway configuration of env, and false when
+// ipsec_tun is unset (no gateway: the engine serves in-process users such
+// as pktgen only).
+func gatewayConfig(env services.BuiltinEnv) (dataplane.Config, bool, error) {
+	if strings.TrimSpace(env.Config.Get("ipsec_tun")) == "" {
+		return dataplane.Config{}, false, nil
+	}
+	cfg, err := dataplane.ConfigFromRC(env.Config.Get)
+	if err != nil {
+		return cfg, true, fmt.Errorf("rc.conf: %w", err)
+	}
+	return cfg, true, nil
+}
+
 func (s *ipsecService) Start(ctx context.Context, env services.BuiltinEnv) error {
 	fw := s.sys.Framework()
 	if fw == nil {
 		return ErrNoFramework
+	}
+	// Check the gateway settings before anything is started.
+	gwCfg, tun, err := gatewayConfig(env)
+	if err != nil {
+		return err
 	}
 	cfg, file, err := readConfig(env)
 	if err != nil {
@@ -84,8 +151,15 @@ func (s *ipsecService) Start(ctx context.Context, env services.BuiltinEnv) error
 		_ = eng.Close(context.WithoutCancel(ctx))
 		return err
 	}
+	var gw *dataplane.Gateway
+	if tun {
+		if gw, err = s.startGateway(ctx, eng, gwCfg, env.Log); err != nil {
+			_ = eng.Close(context.WithoutCancel(ctx))
+			return err
+		}
+	}
 	s.mu.Lock()
-	s.eng, s.src = eng, file
+	s.eng, s.src, s.gw, s.gwCfg = eng, file, gw, gwCfg
 	s.mu.Unlock()
 	sas := eng.SAs()
 	env.Log.Info(fmt.Sprintf("engine up from %s: %d SA(s), %d policies", file, len(sas), len(eng.Policies())))
@@ -95,6 +169,34 @@ func (s *ipsecService) Start(ctx context.Context, env services.BuiltinEnv) error
 	return nil
 }
 
+// startGateway starts the gateway on eng and logs it; a goroutine reports
+// the gateway's loops stopping on their own (an I/O failure).
+func (s *ipsecService) startGateway(ctx context.Context, eng *ipsec.Engine, cfg dataplane.Config, log *slog.Logger) (*dataplane.Gateway, error) {
+	gw, err := s.startGW(ctx, eng, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("ipsec_tun %s: %w", cfg.TUN, err)
+	}
+	st := gw.Status()
+	log.Info(fmt.Sprintf("gateway up: %s, outer %s, mtu %d", tunText(st), st.Outer, st.MTU))
+	go func() {
+		<-gw.Done()
+		if st := gw.Status(); st.Err != "" && s.gateway() == gw {
+			log.Error(fmt.Sprintf("gateway %s stopped: %s", st.Interface, st.Err))
+		}
+	}()
+	return gw, nil
+}
+
+// tunText renders a gateway for status lines: "tun keel0 udp
+// 10.99.0.1->10.99.0.2".
+func tunText(st dataplane.Status) string {
+	peer := "any"
+	if st.Peer.IsValid() {
+		peer = st.Peer.String()
+	}
+	return fmt.Sprintf("tun %s %s %s->%s", st.Interface, st.Encap, st.Local, peer)
+}
+
 func orNone(s string) string {
 	if s == "" {
 		return "(no provider)"
@@ -102,11 +204,21 @@ func orNone(s string) string {
 	return s
 }
 
-// Reload re-reads ipsec_file and applies it atomically (all or nothing).
+// Reload re-reads ipsec_file and applies it atomically (all or nothing),
+// then reconciles the gateway: a changed ipsec_tun, ipsec_local,
+// ipsec_peer, ipsec_encap (or another gateway variable) restarts it, an
+// unset ipsec_tun stops it; otherwise it keeps running and, when its routes
+// come from the policies (no ipsec_routes), the routes of the new outbound
+// policies are added (routes of removed policies stay: what they carry is
+// dropped and counted as no-policy).
 func (s *ipsecService) Reload(ctx context.Context, env services.BuiltinEnv) error {
 	eng := s.engine()
 	if eng == nil {
 		return errors.New("ipsec is not running")
+	}
+	gwCfg, tun, err := gatewayConfig(env)
+	if err != nil {
+		return err
 	}
 	cfg, _, err := readConfig(env)
 	if err != nil {
@@ -117,18 +229,56 @@ func (s *ipsecService) Reload(ctx context.Context, env services.BuiltinEnv) erro
 		return err
 	}
 	env.Log.Info(fmt.Sprintf("reloaded: %d SA(s), %d policies", len(eng.SAs()), len(eng.Policies())))
+	s.mu.RLock()
+	old, oldCfg := s.gw, s.gwCfg
+	s.mu.RUnlock()
+	if old != nil && tun && reflect.DeepEqual(oldCfg, gwCfg) {
+		if len(gwCfg.Routes) == 0 {
+			if routes := dataplane.PolicyRoutes(eng.Policies()); len(routes) > 0 {
+				if err := s.setRoutes(old.Status().Interface, routes); err != nil {
+					return fmt.Errorf("ipsec_tun %s: routes: %w", gwCfg.TUN, err)
+				}
+			}
+		}
+		return nil
+	}
+	if old != nil {
+		s.mu.Lock()
+		s.gw = nil
+		s.mu.Unlock()
+		st := old.Status()
+		if err := old.Close(); err != nil {
+			env.Log.Warn(fmt.Sprintf("gateway %s close: %v", st.Interface, err))
+		}
+		env.Log.Info(fmt.Sprintf("gateway %s stopped: out %d pkts, in %d pkts", st.Interface, st.Out.Packets, st.In.Packets))
+	}
+	if !tun {
+		return nil
+	}
+	gw, err := s.startGateway(ctx, eng, gwCfg, env.Log)
+	if err != nil {
+		return err
+	}
+	s.mu.Lock()
+	s.gw, s.gwCfg = gw, gwCfg
+	s.mu.Unlock()
 	return nil
 }
 
+// Stop closes the gateway first (its loops use the engine), then the engine.
 func (s *ipsecService) Stop(ctx context.Context) error {
 	s.mu.Lock()
-	eng := s.eng
-	s.eng = nil
+	eng, gw := s.eng, s.gw
+	s.eng, s.gw = nil, nil
 	s.mu.Unlock()
-	if eng == nil {
-		return nil
+	var errs []error
+	if gw != nil {
+		errs = append(errs, gw.Close())
 	}
-	return eng.Close(ctx)
+	if eng != nil {
+		errs = append(errs, eng.Close(ctx))
+	}
+	return errors.Join(errs...)
 }
 
 func (s *ipsecService) Status() string {
@@ -146,7 +296,15 @@ func (s *ipsecService) Status() string {
 		parts = append(parts, fmt.Sprintf("%d on %s", prov[k], k))
 	}
 	c := eng.Counters()
-	return fmt.Sprintf("%d SA(s) [%s], %d policies, out %d pkts, in %d pkts", len(sas), strings.Join(parts, ", "), len(eng.Policies()), c.OutPackets, c.InPackets)
+	out := fmt.Sprintf("%d SA(s) [%s], %d policies, out %d pkts, in %d pkts", len(sas), strings.Join(parts, ", "), len(eng.Policies()), c.OutPackets, c.InPackets)
+	if gw := s.gateway(); gw != nil {
+		st := gw.Status()
+		out += "; " + tunText(st)
+		if st.Err != "" {
+			out += " FAILED: " + st.Err
+		}
+	}
+	return out
 }
 
 // mirror returns the peer's view of cfg: the same SAs, with every policy's

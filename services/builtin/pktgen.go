@@ -40,7 +40,7 @@ type pktgenService struct {
 // its peer engine: a changed ipsec.conf restarts pktgen too.
 func (g *pktgenService) Settings(env services.BuiltinEnv) map[string]string {
 	out := map[string]string{"pktgen_rate": env.Config.Get("pktgen_rate"), "pktgen_size": env.Config.Get("pktgen_size")}
-	for k, v := range g.sys.ips.Settings(env) {
+	for k, v := range fileSettings(env) {
 		out[k] = v
 	}
 	return out

@@ -11,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/keelinit/keel/ipsec"
+	"github.com/keelinit/keel/ipsec/dataplane"
 	"github.com/keelinit/keel/modules"
 	"github.com/keelinit/keel/services/api"
 )
@@ -91,14 +92,46 @@ type Policy struct {
 	Pos    string `json:"pos,omitempty"`
 }
 
-// IPsec is GET /v1/ipsec/sa and /v1/ipsec/spd.
+// IfDir is one direction of an Interface's counters.
+type IfDir struct {
+	// ReadPackets and ReadBytes count what the gateway read: plaintext
+	// from the TUN (out) or datagrams from the outer socket (in).
+	ReadPackets uint64 `json:"read_packets"`
+	ReadBytes   uint64 `json:"read_bytes"`
+	// Packets and Bytes count what it delivered: ESP packets sent (out),
+	// inner packets written to the TUN (in).
+	Packets uint64 `json:"packets"`
+	Bytes   uint64 `json:"bytes"`
+	// Drops by reason (zero counts omitted) and their total.
+	Drops     map[string]uint64 `json:"drops,omitempty"`
+	DropTotal uint64            `json:"drop_total"`
+}
+
+// Interface is GET /v1/ipsec/if's view of the gateway's interface
+// (rc.conf ipsec_tun).
+type Interface struct {
+	Name  string `json:"name"`
+	MTU   int    `json:"mtu"`
+	Encap string `json:"encap"` // udp or esp
+	Outer string `json:"outer"` // e.g. udp:4500, esp:10.99.0.1
+	Local string `json:"local"`
+	Peer  string `json:"peer,omitempty"`
+	Out   IfDir  `json:"out"`
+	In    IfDir  `json:"in"`
+	// Error is why the gateway's loops stopped, if they did.
+	Error string `json:"error,omitempty"`
+}
+
+// IPsec is GET /v1/ipsec (everything), /v1/ipsec/sa, /v1/ipsec/spd and
+// /v1/ipsec/if (the part named).
 type IPsec struct {
-	Running  bool              `json:"running"`
-	SAs      []SA              `json:"sas,omitempty"`
-	Policies []Policy          `json:"policies,omitempty"`
-	Counters *ipsec.Counters   `json:"counters,omitempty"`
-	Pktgen   string            `json:"pktgen,omitempty"`
-	Drops    map[string]uint64 `json:"drops,omitempty"`
+	Running    bool              `json:"running"`
+	Interfaces []Interface       `json:"interfaces,omitempty"`
+	SAs        []SA              `json:"sas,omitempty"`
+	Policies   []Policy          `json:"policies,omitempty"`
+	Counters   *ipsec.Counters   `json:"counters,omitempty"`
+	Pktgen     string            `json:"pktgen,omitempty"`
+	Drops      map[string]uint64 `json:"drops,omitempty"`
 }
 
 // ModuleRequest is the body of POST /v1/modules/load and /unload.
@@ -150,13 +183,30 @@ func nonZero(d ipsec.Drops) map[string]uint64 {
 	return out
 }
 
-// IPsecView returns the SAs (without keys) and policies.
+func ifDir(d dataplane.DirStatus) IfDir {
+	return IfDir{ReadPackets: d.ReadPackets, ReadBytes: d.ReadBytes, Packets: d.Packets, Bytes: d.Bytes, Drops: d.Drops, DropTotal: d.DropTotal}
+}
+
+func ifView(st dataplane.Status) Interface {
+	v := Interface{Name: st.Interface, MTU: st.MTU, Encap: st.Encap, Outer: st.Outer, Local: st.Local.String(),
+		Out: ifDir(st.Out), In: ifDir(st.In), Error: st.Err}
+	if st.Peer.IsValid() {
+		v.Peer = st.Peer.String()
+	}
+	return v
+}
+
+// IPsecView returns the gateway interfaces, the SAs (without keys) and the
+// policies.
 func (s *System) IPsecView() IPsec {
 	eng := s.ips.engine()
 	if eng == nil {
 		return IPsec{}
 	}
 	out := IPsec{Running: true}
+	if gw := s.ips.gateway(); gw != nil {
+		out.Interfaces = append(out.Interfaces, ifView(gw.Status()))
+	}
 	for _, sa := range eng.SAs() {
 		out.SAs = append(out.SAs, saView(sa))
 	}
@@ -233,14 +283,23 @@ func (s *System) mount(srv *api.Server) {
 	srv.Handle("GET /v1/crypto", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		api.WriteJSON(w, 200, s.CryptoView())
 	}))
+	srv.Handle("GET /v1/ipsec", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		api.WriteJSON(w, 200, s.IPsecView())
+	}))
 	srv.Handle("GET /v1/ipsec/sa", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		v := s.IPsecView()
-		v.Policies = nil
+		v.Policies, v.Interfaces = nil, nil
 		api.WriteJSON(w, 200, v)
 	}))
 	srv.Handle("GET /v1/ipsec/spd", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		v := s.IPsecView()
-		v.SAs = nil
+		v.SAs, v.Interfaces = nil, nil
+		api.WriteJSON(w, 200, v)
+	}))
+	srv.Handle("GET /v1/ipsec/if", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		v := s.IPsecView()
+		// Only the interfaces, with the engine-wide drops for context.
+		v.SAs, v.Policies, v.Counters, v.Pktgen = nil, nil, nil, ""
 		api.WriteJSON(w, 200, v)
 	}))
 }
@@ -258,10 +317,16 @@ var (
 	descSABytes   = prometheus.NewDesc("keel_ipsec_sa_bytes_total", "Inner bytes through the SA.", []string{"spi", "dir"}, nil)
 	descSADrops   = prometheus.NewDesc("keel_ipsec_sa_drops_total", "Packets dropped on the SA, by reason.", []string{"spi", "reason"}, nil)
 	descSARebinds = prometheus.NewDesc("keel_ipsec_sa_rebinds_total", "Crypto rebinds of the SA.", []string{"spi", "provider"}, nil)
+	descIfPkts    = prometheus.NewDesc("keel_ipsec_if_packets_total", "Packets delivered by the gateway interface: ESP sent (out), inner packets to the TUN (in).", []string{"if", "dir"}, nil)
+	descIfBytes   = prometheus.NewDesc("keel_ipsec_if_bytes_total", "Bytes delivered by the gateway interface: ESP bytes sent (out), inner bytes to the TUN (in).", []string{"if", "dir"}, nil)
+	descIfRead    = prometheus.NewDesc("keel_ipsec_if_read_packets_total", "Packets read by the gateway interface: from the TUN (out), from the outer socket (in).", []string{"if", "dir"}, nil)
+	descIfDrops   = prometheus.NewDesc("keel_ipsec_if_drops_total", "Packets dropped by the gateway interface, by direction and reason.", []string{"if", "dir", "reason"}, nil)
+	descIfUp      = prometheus.NewDesc("keel_ipsec_if_up", "1 while the gateway's loops run, 0 after they stopped on an error.", []string{"if", "encap", "outer"}, nil)
 )
 
 func (c collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descProvState, descProvTput, descProvSess, descProvReb, descProvBytes, descSAPkts, descSABytes, descSADrops, descSARebinds} {
+	for _, d := range []*prometheus.Desc{descProvState, descProvTput, descProvSess, descProvReb, descProvBytes, descSAPkts, descSABytes, descSADrops, descSARebinds,
+		descIfPkts, descIfBytes, descIfRead, descIfDrops, descIfUp} {
 		ch <- d
 	}
 }
@@ -285,6 +350,25 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 			}
 			if _, ok := provBytes[sa.Provider]; ok {
 				provBytes[sa.Provider] += float64(sa.OutBytes + sa.InBytes)
+			}
+		}
+	}
+	if gw := c.s.ips.gateway(); gw != nil {
+		st := gw.Status()
+		up := 1.0
+		if st.Err != "" {
+			up = 0
+		}
+		ch <- prometheus.MustNewConstMetric(descIfUp, prometheus.GaugeValue, up, st.Interface, st.Encap, st.Outer)
+		for _, d := range []struct {
+			dir string
+			st  dataplane.DirStatus
+		}{{"out", st.Out}, {"in", st.In}} {
+			ch <- prometheus.MustNewConstMetric(descIfPkts, prometheus.CounterValue, float64(d.st.Packets), st.Interface, d.dir)
+			ch <- prometheus.MustNewConstMetric(descIfBytes, prometheus.CounterValue, float64(d.st.Bytes), st.Interface, d.dir)
+			ch <- prometheus.MustNewConstMetric(descIfRead, prometheus.CounterValue, float64(d.st.ReadPackets), st.Interface, d.dir)
+			for _, reason := range slices.Sorted(maps.Keys(d.st.Drops)) {
+				ch <- prometheus.MustNewConstMetric(descIfDrops, prometheus.CounterValue, float64(d.st.Drops[reason]), st.Interface, d.dir, reason)
 			}
 		}
 	}

@@ -1,0 +1,6 @@
+//go:build !linux
+
+package main
+
+// runVirtioDevice: the virtio provider is Linux-only.
+func runVirtioDevice() {}

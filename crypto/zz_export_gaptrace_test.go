@@ -1,0 +1,5 @@
+//go:build gaptrace
+
+package crypto
+
+func SetMigrateBatch(n int) { migrateBatch = n }

@@ -1,0 +1,321 @@
+package builtin
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"net"
+	"net/netip"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"testing/fstest"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/keelinit/keel/ipsec"
+	"github.com/keelinit/keel/ipsec/dataplane"
+	"github.com/keelinit/keel/ipsec/spd"
+	"github.com/keelinit/keel/netio"
+	"github.com/keelinit/keel/netio/netiotest"
+	"github.com/keelinit/keel/services"
+	"github.com/keelinit/keel/services/api"
+)
+
+// fakeGateways replaces dataplane.Start with gateways on the in-memory
+// I/O of netio/netiotest and records what the ipsec service asked for.
+type fakeGateways struct {
+	mu      sync.Mutex
+	configs []dataplane.Config
+	gws     []*dataplane.Gateway
+	tuns    []*netiotest.TUN
+	routes  [][]netip.Prefix
+	fail    error // returned by the next start
+}
+
+func (f *fakeGateways) start(_ context.Context, eng *ipsec.Engine, cfg dataplane.Config) (*dataplane.Gateway, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if err := f.fail; err != nil {
+		f.fail = nil
+		return nil, err
+	}
+	kind := netio.KindUDP
+	if cfg.Encap == dataplane.EncapESP {
+		kind = netio.KindESP
+	}
+	o, _ := netiotest.Pipe(netip.AddrPortFrom(cfg.Local, 4500), netip.AddrPortFrom(cfg.Peer, 4500), kind)
+	tun := netiotest.NewTUN(cfg.TUN, 1400)
+	gw, err := dataplane.New(eng, tun, o, cfg)
+	if err != nil {
+		return nil, err
+	}
+	f.configs = append(f.configs, cfg)
+	f.gws = append(f.gws, gw)
+	f.tuns = append(f.tuns, tun)
+	return gw, nil
+}
+
+func (f *fakeGateways) setRoutes(name string, routes []netip.Prefix) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.routes = append(f.routes, routes)
+	return nil
+}
+
+func (f *fakeGateways) count() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return len(f.gws)
+}
+
+func (f *fakeGateways) last() (*dataplane.Gateway, *netiotest.TUN) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.gws[len(f.gws)-1], f.tuns[len(f.tuns)-1]
+}
+
+// closed reports whether gw's loops stop within wait.
+func closed(gw *dataplane.Gateway, wait time.Duration) bool {
+	select {
+	case <-gw.Done():
+		return true
+	case <-time.After(wait):
+		return false
+	}
+}
+
+const gwLocal = "syslogd_enable=NO\npktgen_enable=NO\nkld_list=\"\"\nipsec_tun=keel0\nipsec_local=192.0.2.1\nipsec_peer=192.0.2.2\n"
+
+// TestIPsecGateway: with ipsec_tun set, the ipsec service runs a gateway
+// on its engine, shows it in its status, the control API and the metrics,
+// and reconciles it on reload: a changed ipsec.conf keeps it and adds the
+// new policies' routes, a changed gateway variable restarts it, a bad one is
+// refused with the running gateway kept, an unset ipsec_tun stops it.
+func TestIPsecGateway(t *testing.T) {
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	sys := New(Options{CalibrationBudget: 2 * time.Millisecond, Logger: log})
+	fake := &fakeGateways{}
+	sys.ips.startGW, sys.ips.setRoutes = fake.start, fake.setRoutes
+	rt := t.TempDir()
+	root := appliance(t, gwLocal)
+	m, err := services.New(services.Options{
+		Root: root, RuntimeDir: rt, Logger: log, Seed: map[string]string{"keel_runtime_dir": rt},
+		Builtins: sys.Builtins(), LoadModules: sys.LoadModules,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	defer sys.Close(ctx)
+	defer m.Shutdown(ctx)
+	if err := m.Boot(ctx); err != nil {
+		t.Fatal(err)
+	}
+	ipsecStatus := func() services.Status {
+		for _, s := range m.Status() {
+			if s.Name == "ipsec" {
+				return s
+			}
+		}
+		t.Fatal("no ipsec service")
+		return services.Status{}
+	}
+	if st := ipsecStatus(); st.State != services.StateRunning || !strings.Contains(st.StatusText, "tun keel0 udp 192.0.2.1->192.0.2.2") {
+		t.Fatalf("ipsec: %+v", st)
+	}
+	if fake.count() != 1 || sys.Gateway() == nil {
+		t.Fatalf("%d gateways started", fake.count())
+	}
+	srv := api.NewServer(m, api.Options{Group: -1, Logger: log})
+	sys.Mount(srv)
+	sock := filepath.Join(rt, "c.sock")
+	l, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	go srv.Serve(l)
+	defer srv.Close(ctx)
+	c := api.NewClient(sock)
+
+	// Traffic: one packet for the first policy is encrypted and sent, one
+	// for no policy is dropped and counted.
+	gw, tun := fake.last()
+	pol := sys.Engine().Policies()[0]
+	tun.Outbound <- innerPacket(pol.Sel, 1000)
+	tun.Outbound <- innerPacket(spd.Selector{Src: pol.Sel.Src, Dst: netip.MustParsePrefix("10.9.0.0/24")}, 1000)
+	var v IPsec
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		v = IPsec{}
+		if err := c.Get(ctx, "/v1/ipsec/if", nil, &v); err != nil {
+			t.Fatal(err)
+		}
+		if len(v.Interfaces) == 1 && v.Interfaces[0].Out.Packets == 1 && v.Interfaces[0].Out.Drops["no-policy"] == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("/v1/ipsec/if: %+v", v)
+		}
+	}
+	if i := v.Interfaces[0]; i.Name != "keel0" || i.Encap != "udp" || i.Local != "192.0.2.1" || i.Peer != "192.0.2.2" ||
+		i.Out.ReadPackets != 2 || i.Out.DropTotal != 1 || i.Out.Bytes == 0 || len(v.SAs) != 0 || len(v.Policies) != 0 {
+		t.Errorf("/v1/ipsec/if: %+v", v)
+	}
+	var all IPsec
+	if err := c.Get(ctx, "/v1/ipsec", nil, &all); err != nil || len(all.Interfaces) != 1 || len(all.SAs) != 4 || len(all.Policies) != 4 {
+		t.Errorf("/v1/ipsec: %+v %v", all, err)
+	}
+	reg := prometheus.NewRegistry()
+	for _, col := range sys.Collectors() {
+		reg.MustRegister(col)
+	}
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]float64{}
+	for _, mf := range mfs {
+		for _, mt := range mf.GetMetric() {
+			key := mf.GetName()
+			for _, lp := range mt.GetLabel() {
+				key += "," + lp.GetName() + "=" + lp.GetValue()
+			}
+			got[key] = mt.GetCounter().GetValue() + mt.GetGauge().GetValue()
+		}
+	}
+	for key, want := range map[string]float64{
+		"keel_ipsec_if_packets_total,dir=out,if=keel0":                  1,
+		"keel_ipsec_if_read_packets_total,dir=out,if=keel0":             2,
+		"keel_ipsec_if_drops_total,dir=out,if=keel0,reason=no-policy":   1,
+		"keel_ipsec_if_up,encap=udp,if=keel0,outer=pipe:192.0.2.1:4500": 1,
+	} {
+		if got[key] != want {
+			t.Errorf("metric %s = %v, want %v", key, got[key], want)
+		}
+	}
+
+	conf := string(root["etc/ipsec.conf"].Data)
+	steps := []struct {
+		name    string
+		local   string // rc.conf.local
+		conf    string // ipsec.conf
+		wantErr string
+		started int    // gateways started by the step
+		closed  bool   // the previous gateway was closed
+		status  string // expected in the ipsec status text; "" for no tun
+		route   string // expected among the routes set
+	}{
+		{name: "ipsec.conf adds a policy", local: gwLocal,
+			conf:   conf + "spdadd 10.1.0.0/24 10.4.0.0/24 any -P out ipsec esp/tunnel/192.0.2.1-192.0.2.2/unique:2;\n",
+			status: "tun keel0 udp 192.0.2.1->192.0.2.2", route: "10.4.0.0/24"},
+		{name: "encap changes", local: gwLocal + "ipsec_encap=esp\n", started: 1, closed: true,
+			status: "tun keel0 esp 192.0.2.1->192.0.2.2"},
+		{name: "bad encap is refused", local: gwLocal + "ipsec_encap=gre\n", wantErr: "ipsec_encap",
+			status: "tun keel0 esp 192.0.2.1->192.0.2.2"},
+		{name: "peer changes", local: gwLocal + "ipsec_encap=esp\nipsec_peer=192.0.2.3\n", started: 1, closed: true,
+			status: "tun keel0 esp 192.0.2.1->192.0.2.3"},
+		{name: "tun unset", local: "syslogd_enable=NO\npktgen_enable=NO\nkld_list=\"\"\n", closed: true},
+		{name: "tun set again", local: gwLocal, started: 1, status: "tun keel0 udp 192.0.2.1->192.0.2.2"},
+	}
+	for _, st := range steps {
+		if st.conf == "" {
+			st.conf = conf
+		}
+		prev := sys.Gateway()
+		n := fake.count()
+		root["etc/rc.conf.local"] = &fstest.MapFile{Data: []byte(st.local)}
+		root["etc/ipsec.conf"] = &fstest.MapFile{Data: []byte(st.conf)}
+		res, err := m.Reload(ctx)
+		if st.wantErr != "" {
+			if err == nil || !strings.Contains(err.Error(), st.wantErr) {
+				t.Errorf("%s: reload error %v, want one naming %s", st.name, err, st.wantErr)
+			}
+		} else if err != nil {
+			t.Errorf("%s: %v", st.name, err)
+		} else if !slices.Contains(res.Reloaded, "ipsec") || slices.Contains(res.Restarted, "ipsec") {
+			t.Errorf("%s: reload %+v: want ipsec reloaded in place", st.name, res)
+		}
+		if d := fake.count() - n; d != st.started {
+			t.Errorf("%s: %d gateways started, want %d", st.name, d, st.started)
+		}
+		wait := 50 * time.Millisecond // Reload closes synchronously
+		if st.closed {
+			wait = 5 * time.Second
+		}
+		if prev != nil && st.closed != closed(prev, wait) {
+			t.Errorf("%s: previous gateway closed = %v, want %v", st.name, !st.closed, st.closed)
+		}
+		if s := ipsecStatus(); s.State != services.StateRunning || (st.status == "" && strings.Contains(s.StatusText, "tun ")) ||
+			!strings.Contains(s.StatusText, st.status) {
+			t.Errorf("%s: ipsec %s %q, want %q", st.name, s.State, s.StatusText, st.status)
+		}
+		if (sys.Gateway() == nil) != (st.status == "") {
+			t.Errorf("%s: gateway %v", st.name, sys.Gateway())
+		}
+		if st.route != "" {
+			fake.mu.Lock()
+			rs := fake.routes[len(fake.routes)-1]
+			fake.mu.Unlock()
+			if !slices.Contains(rs, netip.MustParsePrefix(st.route)) {
+				t.Errorf("%s: routes %v lack %s", st.name, rs, st.route)
+			}
+		}
+	}
+	gw = sys.Gateway()
+	if err := m.Shutdown(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if sys.Gateway() != nil || !closed(gw, 5*time.Second) {
+		t.Error("gateway still running after shutdown")
+	}
+}
+
+// TestIPsecGatewayStartFailures: a bad gateway variable or a gateway that
+// cannot start fails the ipsec service with the reason, and leaves no
+// engine behind.
+func TestIPsecGatewayStartFailures(t *testing.T) {
+	cases := []struct {
+		name, local string
+		fail        error
+		want        string
+	}{
+		{"no local address", "ipsec_tun=keel0\n", nil, "ipsec_local"},
+		{"bad encap", "ipsec_tun=keel0\nipsec_local=192.0.2.1\nipsec_encap=gre\n", nil, "ipsec_encap"},
+		{"device fails", "ipsec_tun=keel0\nipsec_local=192.0.2.1\n", errors.New("open /dev/net/tun: no such device"), "ipsec_tun keel0: open /dev/net/tun"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			log := slog.New(slog.NewTextHandler(io.Discard, nil))
+			sys := New(Options{CalibrationBudget: 2 * time.Millisecond, Logger: log})
+			fake := &fakeGateways{fail: c.fail}
+			sys.ips.startGW, sys.ips.setRoutes = fake.start, fake.setRoutes
+			rt := t.TempDir()
+			m, err := services.New(services.Options{
+				Root:       appliance(t, "syslogd_enable=NO\npktgen_enable=NO\nkld_list=\"\"\n"+c.local),
+				RuntimeDir: rt, Logger: log, Seed: map[string]string{"keel_runtime_dir": rt},
+				Builtins: sys.Builtins(), LoadModules: sys.LoadModules,
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx := context.Background()
+			defer sys.Close(ctx)
+			defer m.Shutdown(ctx)
+			if err := m.Boot(ctx); err == nil {
+				t.Fatal("boot succeeded")
+			}
+			for _, s := range m.Status() {
+				if s.Name == "ipsec" && (s.State != services.StateFailed || !strings.Contains(s.Reason, c.want)) {
+					t.Errorf("ipsec: %s %q, want failed naming %q", s.State, s.Reason, c.want)
+				}
+			}
+			if sys.Engine() != nil || sys.Gateway() != nil {
+				t.Error("failed start left an engine or gateway")
+			}
+		})
+	}
+}
