@@ -362,6 +362,7 @@ func (p SessionParams) CheckParams() error {
 	return nil
 }
 
+// String returns the setkey(8) name of the cipher, e.g. "aes-gcm-16".
 func (c Cipher) String() string {
 	switch c {
 	case CipherNull:
@@ -376,6 +377,7 @@ func (c Cipher) String() string {
 	return fmt.Sprintf("cipher(%d)", uint8(c))
 }
 
+// String returns the name of the integrity transform, e.g. "hmac-sha1-96".
 func (x Auth) String() string {
 	switch x {
 	case AuthNone:
@@ -404,6 +406,7 @@ func (a Algorithm) String() string {
 	return s
 }
 
+// String returns "software", "accelerated" or "hardware".
 func (k Kind) String() string {
 	switch k {
 	case KindSoftware:
@@ -416,6 +419,7 @@ func (k Kind) String() string {
 	return fmt.Sprintf("kind(%d)", uint8(k))
 }
 
+// String returns "pending", "ok", "auth-failed" or "error".
 func (s Status) String() string {
 	switch s {
 	case StatusPending:
@@ -430,6 +434,7 @@ func (s Status) String() string {
 	return fmt.Sprintf("status(%d)", uint8(s))
 }
 
+// String returns "encrypt" or "decrypt".
 func (d Direction) String() string {
 	if d == Encrypt {
 		return "encrypt"

@@ -35,6 +35,7 @@ func (e *Engine) Inbound(pkts []*Packet) {
 		return
 	}
 	b := e.getBatch()
+	b.sink = warm(pkts)
 	tab := e.sad.Load()
 	var runSA *sa
 	var sc saCache
