@@ -1,27 +1,31 @@
 #!/usr/bin/env bash
-# bench/keel-tunnel-up.sh WORKDIR NSA NSB: starts a Keel IPsec gateway
-# (cmd/keel-gw: AES-128-GCM, ESP in UDP/4500, fresh random keys) in each of
-# the two namespaces of bench/tunnel.sh, with A = 10.99.0.1 on vA and
-# B = 10.99.0.2 on vB outside, and tunnel addresses 10.98.0.1 (A) and
-# 10.98.0.2 (B) on the TUN keel0. Writes the daemon PIDs to
-# WORKDIR/keel.pids and returns once a ping through the tunnel works.
-# On failure it stops what it started and exits non-zero.
+# bench/keel-tunnel-up.sh WORKDIR NSA NSB: boots a keeld in each of the two
+# namespaces of bench/tunnel.sh, each on its own root under WORKDIR (the
+# repository's etc/rc.d and etc/defaults, an rc.conf with the gateway
+# settings, an ipsec.conf with mirrored SAs: AES-128-GCM, ESP in UDP/4500,
+# fresh random keys), with A = 10.99.0.1 on vA and B = 10.99.0.2 on vB
+# outside, and tunnel addresses 10.98.0.1 (A) and 10.98.0.2 (B) on the TUN
+# keel0. Writes the keeld PIDs to WORKDIR/keel.pids (their control sockets
+# are WORKDIR/keel{A,B}.sock, for keelctl --socket) and returns once a ping
+# through the tunnel works. On failure it stops what it started and exits
+# non-zero.
 #
-# Environment: KEEL_KLD ("cryptosoft aesni" by default: providers loaded at
-# start), KEEL_ENCAP (udp or esp), KEEL_MTU (TUN MTU, default 1420 like
-# wireguard-go's wg0), KEEL_GW (a prebuilt keel-gw binary), KEEL_PROFILE
-# (write CPU profiles to $KEEL_PROFILE.A and .B until the daemons exit).
+# Environment: KEEL_CRYPTODEV (cryptodev_modules, default "cryptosoft"),
+# KEEL_KLD (kld_list, default "aesni"), KEEL_ENCAP (ipsec_encap: udp or
+# esp), KEEL_MTU (ipsec_tun_mtu, default 1420 like wireguard-go's wg0),
+# KEEL_BIN (a directory with prebuilt keeld and keelctl).
 set -euo pipefail
 [ $# -eq 3 ] || { echo "usage: $0 WORKDIR NSA NSB" >&2; exit 2; }
 WORK=$1 NSA=$2 NSB=$3
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
-KLD=${KEEL_KLD:-cryptosoft aesni}
+CRYPTODEV=${KEEL_CRYPTODEV:-cryptosoft}
+KLD=${KEEL_KLD:-aesni}
 ENCAP=${KEEL_ENCAP:-udp}
 MTU=${KEEL_MTU:-1420}
-BIN=${KEEL_GW:-$WORK/bin/keel-gw}
-mkdir -p "$WORK/bin"
-if [ ! -x "$BIN" ]; then
-	(cd "$ROOT" && timeout 300 go build -o "$BIN" ./cmd/keel-gw)
+BIN=${KEEL_BIN:-$WORK/bin}
+if [ ! -x "$BIN/keeld" ] || [ ! -x "$BIN/keelctl" ]; then
+	mkdir -p "$BIN"
+	(cd "$ROOT" && timeout 300 go build -o "$BIN/" ./cmd/keeld ./cmd/keelctl)
 fi
 
 proto=esp-udp
@@ -40,39 +44,63 @@ spdadd $3 $4 any -P out ipsec esp/tunnel/$1-$2/require;
 spdadd $4 $3 any -P in ipsec esp/tunnel/$2-$1/require;
 CONF
 }
-conf 10.99.0.1 10.99.0.2 10.98.0.1 10.98.0.2 "$KAB" "$KBA" 0x1001 0x2001 >"$WORK/keelA.conf"
-conf 10.99.0.2 10.99.0.1 10.98.0.2 10.98.0.1 "$KBA" "$KAB" 0x2001 0x1001 >"$WORK/keelB.conf"
+rcconf() { # rcconf SIDE LOCAL PEER INNER
+	cat <<RC
+hostname="keel$1"
+cryptodev_modules="$CRYPTODEV"
+kld_list="$KLD"
+ipsec_enable="YES"
+ipsec_tun="keel0"
+ipsec_local="$2"
+ipsec_peer="$3"
+ipsec_encap="$ENCAP"
+ipsec_tun_addr="$4/24"
+ipsec_tun_mtu="$MTU"
+RC
+}
+mkroot() { # mkroot SIDE LOCAL PEER INNERLOCAL INNERPEER OUTKEY INKEY OUTSPI INSPI
+	local r="$WORK/root$1"
+	rm -rf "$r"
+	mkdir -p "$r/etc"
+	cp -r "$ROOT/etc/defaults" "$ROOT/etc/rc.d" "$r/etc/"
+	rcconf "$1" "$2" "$3" "$4" >"$r/etc/rc.conf"
+	conf "$2" "$3" "$4" "$5" "$6" "$7" "$8" "$9" >"$r/etc/ipsec.conf"
+}
+mkroot A 10.99.0.1 10.99.0.2 10.98.0.1 10.98.0.2 "$KAB" "$KBA" 0x1001 0x2001
+mkroot B 10.99.0.2 10.99.0.1 10.98.0.2 10.98.0.1 "$KBA" "$KAB" 0x2001 0x1001
 
 PIDS=()
 fail() {
 	echo "keel-tunnel-up: $*" >&2
 	for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
-	tail -5 "$WORK"/keel[AB].log >&2 2>/dev/null || true
+	tail -8 "$WORK"/keel[AB].log >&2 2>/dev/null || true
 	exit 1
 }
-start() { # start SIDE NS LOCAL PEER INNER
-	local prof=()
-	[ -z "${KEEL_PROFILE:-}" ] || prof=(-cpuprofile "$KEEL_PROFILE.$1")
-	ip netns exec "$2" "$BIN" "${prof[@]}" -ctl "$WORK/keel$1.sock" -pidfile "$WORK/keel$1.pid" \
-		ipsec_file="$WORK/keel$1.conf" kld_list="$KLD" ipsec_tun=keel0 \
-		ipsec_local="$3" ipsec_peer="$4" ipsec_encap="$ENCAP" \
-		ipsec_tun_addr="$5/24" ipsec_tun_mtu="$MTU" >"$WORK/keel$1.log" 2>&1 &
-	PIDS+=($!)
+start() { # start SIDE NS
+	ip netns exec "$2" "$BIN/keeld" --root "$WORK/root$1" --runtime-dir "$WORK/run$1" \
+		--socket "$WORK/keel$1.sock" --log-format text >"$WORK/keel$1.log" 2>&1 &
+	PIDS+=($!) # ip netns exec execs keeld: same PID
 }
-start A "$NSA" 10.99.0.1 10.99.0.2 10.98.0.1
-start B "$NSB" 10.99.0.2 10.99.0.1 10.98.0.2
+start A "$NSA"
+start B "$NSB"
 echo "${PIDS[*]}" >"$WORK/keel.pids"
 for side in A B; do
-	for _ in $(seq 100); do
-		[ -s "$WORK/keel$side.pid" ] && break
-		kill -0 "${PIDS[0]}" 2>/dev/null && kill -0 "${PIDS[1]}" 2>/dev/null || fail "a gateway exited"
+	up=
+	for _ in $(seq 200); do
+		# exit 0 once the ipsec service (engine and gateway) is running
+		if "$BIN/keelctl" --socket "$WORK/keel$side.sock" status ipsec >/dev/null 2>&1; then
+			up=1
+			break
+		fi
+		kill -0 "${PIDS[0]}" 2>/dev/null && kill -0 "${PIDS[1]}" 2>/dev/null || fail "a keeld exited"
 		sleep 0.1
 	done
-	[ -s "$WORK/keel$side.pid" ] || fail "gateway $side did not come up"
+	[ -n "$up" ] || fail "keeld $side: ipsec did not come up in 20 s"
 done
 for _ in $(seq 20); do
 	if ip netns exec "$NSA" ping -c 1 -W 1 10.98.0.2 >/dev/null 2>&1; then
-		echo "keel tunnel up: pids ${PIDS[*]}"
+		echo "keel tunnel up: keeld pids ${PIDS[*]}"
+		"$BIN/keelctl" --socket "$WORK/keelA.sock" ipsec if
 		exit 0
 	fi
 done

@@ -334,7 +334,8 @@ func (a Algorithm) Validate() error {
 			return fmt.Errorf("%w: %v", ErrUnsupported, a)
 		}
 	case CipherAESGCM:
-		if (a.KeyBits != 128 && a.KeyBits != 256) || a.Auth != AuthNone {
+		// RFC 4106 section 8.1: 128, 192 and 256-bit keys.
+		if (a.KeyBits != 128 && a.KeyBits != 192 && a.KeyBits != 256) || a.Auth != AuthNone {
 			return fmt.Errorf("%w: %v", ErrUnsupported, a)
 		}
 	case CipherChaCha20Poly1305:

@@ -408,58 +408,111 @@ func (b *Binding) kick() {
 // maintain moves the binding to the best provider if it should move, and
 // resubmits pending retries. It reports whether the binding moved.
 func (b *Binding) maintain() bool {
-	b.rmu.Lock()
-	moved := false
-	if !b.detached {
-		cur := b.curp.Load()
-		var curProv *provEntry
-		if cur != nil {
-			curProv = cur.prov
-		}
-		target := b.f.snap.Load().best[b.alg]
-		renew := b.renew.Swap(false) && cur != nil && target == curProv
-		switch {
-		case b.f.shouldMove(curProv, target, b.alg) || renew:
-			if err := b.rebindLocked(target); err != nil {
-				b.f.log.Warn("crypto: rebind failed", "binding", b.id, "to", target.name(), "error", err.Error())
-				b.f.fault(target, err)
-			} else {
-				moved = true
-			}
-		case target == nil && curProv != nil && curProv.state.Load() != stOK && curProv.state.Load() != stDegraded:
-			// The provider is leaving and nothing else can serve: unbind.
-			b.swapLocked(nil)
-			moved = true
+	moved, old, unused := b.move(nil)
+	for _, w := range [2]*bsess{old, unused} {
+		if w != nil {
+			b.f.retire(w, nil)
 		}
 	}
-	b.rmu.Unlock()
 	b.flushRetry()
 	return moved
 }
 
-// rebindLocked creates a session on target and swaps it in. b.rmu held.
-func (b *Binding) rebindLocked(target *provEntry) error {
-	w, err := b.newSession(target)
-	if err != nil {
-		return err
+// target returns the provider b should be on, whether b must move to it
+// (or, with target nil, be unbound) and the current session's provider.
+// b.rmu held. consumeRenew clears the renew request.
+func (b *Binding) target(consumeRenew bool) (target, curProv *provEntry, move, unbind bool) {
+	if b.detached {
+		return nil, nil, false, false
 	}
-	if !b.swapLocked(w) {
-		b.f.retire(w)
-		return fmt.Errorf("crypto: rebind: %w", ErrClosed)
+	if cur := b.curp.Load(); cur != nil {
+		curProv = cur.prov
 	}
-	target.rebindsIn.Add(1)
-	b.rebinds.Add(1)
-	return nil
+	target = b.f.snap.Load().best[b.alg]
+	renew := b.renew.Load()
+	if consumeRenew {
+		renew = b.renew.Swap(false)
+	}
+	renew = renew && curProv != nil && target == curProv
+	switch {
+	case b.f.shouldMove(curProv, target, b.alg) || renew:
+		return target, curProv, true, false
+	case target == nil && curProv != nil && curProv.state.Load() != stOK && curProv.state.Load() != stDegraded:
+		// The provider is leaving and nothing else can serve: unbind.
+		return nil, curProv, false, true
+	}
+	return target, curProv, false, false
 }
 
-// swapLocked installs w (nil: unbind) as the current session and retires
-// the old one. The data path pauses only for the pointer swap. b.rmu held.
-func (b *Binding) swapLocked(w *bsess) bool {
+// prepareMove creates the session b would move to, if it should move (nil
+// otherwise, or if the provider could not create one: move then retries
+// and reports the fault). It takes only b.rmu, which the data path never
+// takes: traffic on b, and on every other binding, flows on the current
+// sessions meanwhile. A session returned must be given to move, which
+// either installs it or hands it back as unused.
+func (b *Binding) prepareMove() *bsess {
+	b.rmu.Lock()
+	defer b.rmu.Unlock()
+	target, _, move, _ := b.target(false)
+	if !move {
+		return nil
+	}
+	w, err := b.newSession(target)
+	if err != nil {
+		return nil
+	}
+	return w
+}
+
+// move moves the binding to the best provider if it should move, using
+// pre (from prepareMove, may be nil) if it is a session on that provider,
+// and creating the session otherwise. It returns whether the binding
+// moved, the replaced session (to be retired by the caller) and pre if it
+// was not installed (to be retired by the caller too). The data path
+// pauses only for the pointer swap.
+func (b *Binding) move(pre *bsess) (moved bool, old, unused *bsess) {
+	b.rmu.Lock()
+	defer b.rmu.Unlock()
+	target, _, mv, unbind := b.target(true)
+	switch {
+	case mv:
+		w := pre
+		if w == nil || w.prov != target {
+			unused = pre
+			var err error
+			if w, err = b.newSession(target); err != nil {
+				b.f.log.Warn("crypto: rebind failed", "binding", b.id, "to", target.name(), "error", err.Error())
+				b.f.fault(target, err)
+				return false, nil, unused
+			}
+		}
+		var ok bool
+		if old, ok = b.swapLocked(w); !ok {
+			if w == pre {
+				return false, nil, pre
+			}
+			b.f.retire(w, nil)
+			return false, nil, unused
+		}
+		target.rebindsIn.Add(1)
+		b.rebinds.Add(1)
+		return true, old, unused
+	case unbind:
+		old, moved = b.swapLocked(nil)
+	}
+	return moved, old, pre
+}
+
+// swapLocked installs w (nil: unbind) as the current session and returns
+// the old one, which the caller must retire. It reports false, and
+// changes nothing, if the binding was closed. The data path pauses only
+// for the pointer swap, which does not allocate. b.rmu held.
+func (b *Binding) swapLocked(w *bsess) (*bsess, bool) {
 	b.smu.Lock()
 	t0 := time.Now()
 	if b.detached {
 		b.smu.Unlock()
-		return false
+		return nil, false
 	}
 	old := b.cur
 	b.cur = w
@@ -484,9 +537,8 @@ func (b *Binding) swapLocked(w *bsess) bool {
 	}
 	if old != nil {
 		old.prov.rebindsOut.Add(1)
-		b.f.retire(old)
 	}
-	return true
+	return old, true
 }
 
 // flushRetry resubmits requests awaiting retry on the current session,
@@ -555,15 +607,16 @@ func (b *Binding) flushRetry() {
 // abandoned.
 //
 // A drained session of an in-CPU provider (kind software or accelerated,
-// whose Close is immediate) is closed on the caller's goroutine instead:
-// rebinding 1000 bindings then does not flood the scheduler with 1000
-// goroutines competing with the traffic.
-func (f *Framework) retire(w *bsess) {
+// whose Close is immediate) is closed on the caller's goroutine instead,
+// with ctx (if not nil and not expired) bounding Close: rebinding 1000
+// bindings then neither floods the scheduler with 1000 goroutines
+// competing with the traffic nor creates 1000 timers.
+func (f *Framework) retire(w *bsess, ctx context.Context) {
 	w.retired.Store(true)
 	if w.inflight.Load() == 0 {
 		w.signalDrained()
 		if w.prov.info.Kind != KindHardware {
-			f.closeRetired(w)
+			f.closeRetired(w, ctx)
 			return
 		}
 	}
@@ -575,16 +628,20 @@ func (f *Framework) retire(w *bsess) {
 			f.log.Warn("crypto: retired session did not drain in time", "provider", w.prov.name(), "binding", w.b.id, "inflight", w.inflight.Load())
 		}
 		t.Stop()
-		f.closeRetired(w)
+		f.closeRetired(w, nil)
 	})
 }
 
-// closeRetired closes a retired session, bounded by CloseTimeout, and
-// abandons whatever the provider did not release.
-func (f *Framework) closeRetired(w *bsess) {
-	ctx, cancel := context.WithTimeout(context.Background(), f.opts.CloseTimeout)
+// closeRetired closes a retired session, bounded by ctx or, if ctx is nil
+// or expired, by a new CloseTimeout, and abandons whatever the provider
+// did not release.
+func (f *Framework) closeRetired(w *bsess, ctx context.Context) {
+	if ctx == nil || ctx.Err() != nil {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(context.Background(), f.opts.CloseTimeout)
+		defer cancel()
+	}
 	err := w.s.Close(ctx)
-	cancel()
 	w.prov.sessions.Add(-1)
 	if err != nil {
 		f.log.Warn("crypto: session close failed", "provider", w.prov.name(), "binding", w.b.id, "error", err.Error())

@@ -284,9 +284,15 @@ func TestBindErrors(t *testing.T) {
 	if strings.Contains(err.Error(), string(keys.CipherKey)) {
 		t.Fatal("error contains the key")
 	}
-	if _, err := fw.Bind(crypto.SessionParams{Alg: crypto.Algorithm{Cipher: crypto.CipherAESGCM, KeyBits: 192}, CipherKey: make([]byte, 28)}, func([]*crypto.Request) {}); !errors.Is(err, crypto.ErrUnsupported) {
+	if _, err := fw.Bind(crypto.SessionParams{Alg: crypto.Algorithm{Cipher: crypto.CipherAESGCM, KeyBits: 512}, CipherKey: make([]byte, 68)}, func([]*crypto.Request) {}); !errors.Is(err, crypto.ErrUnsupported) {
+		t.Fatalf("gcm-512: %v", err)
+	}
+	// AES-192-GCM (RFC 4106) is valid and aesni claims it.
+	b192, err := fw.Bind(crypto.SessionParams{Alg: crypto.Algorithm{Cipher: crypto.CipherAESGCM, KeyBits: 192}, CipherKey: make([]byte, 28)}, func([]*crypto.Request) {})
+	if err != nil {
 		t.Fatalf("gcm-192: %v", err)
 	}
+	_ = b192.Close(context.Background())
 	if _, err := fw.Bind(testKeys(algGCM128, 1), nil); err == nil {
 		t.Fatal("nil CompletionFunc accepted")
 	}

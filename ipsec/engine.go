@@ -165,29 +165,8 @@ func (t *sadTable) hasDead(src, dst netip.Addr) bool {
 	return false
 }
 
-// warm reads, for each packet, its metadata and the buffer lines that the
-// per-packet pass will touch first (front, end and the line after the
-// data, where the ESP trailer goes or ends), in one tight loop whose
-// independent loads overlap: after a batch was filled (a recvmmsg or TUN
-// read of 32 packets evicts the first packets' lines from L1), the engine
-// would otherwise take each of these misses in series, one per packet
-// step. The sum only keeps the loads from being optimised away.
-func warm(pkts []*Packet) (sum byte) {
-	for _, p := range pkts {
-		buf, off, end := p.buf, p.off, p.end
-		if off < end && end <= len(buf) {
-			sum += buf[off] + buf[end-1] + byte(p.req.Dir)
-			if end+16 < len(buf) {
-				sum += buf[end+16]
-			}
-		}
-	}
-	return sum
-}
-
 // batch is the per-call state of Outbound/Inbound, pooled.
 type batch struct {
-	sink    byte // see warm
 	pending atomic.Int64
 	done    chan struct{}
 	reqs    []*crypto.Request

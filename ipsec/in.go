@@ -35,7 +35,6 @@ func (e *Engine) Inbound(pkts []*Packet) {
 		return
 	}
 	b := e.getBatch()
-	b.sink = warm(pkts)
 	tab := e.sad.Load()
 	var runSA *sa
 	var sc saCache

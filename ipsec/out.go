@@ -31,7 +31,6 @@ func (e *Engine) Outbound(pkts []*Packet) {
 		return
 	}
 	b := e.getBatch()
-	b.sink = warm(pkts)
 	tab := e.sad.Load()
 	var (
 		lastFlow  spd.Flow

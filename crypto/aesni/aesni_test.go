@@ -39,8 +39,8 @@ func TestAdmitted(t *testing.T) {
 	if info.Name != aesni.Name || info.Kind != crypto.KindAccelerated || info.Priority != aesni.Priority {
 		t.Fatalf("info %+v", info)
 	}
-	if len(p.Capabilities()) != 12+4+2+1 {
-		t.Fatalf("%d capabilities, want 19 (CBC×3 keys×4 HMACs, NULL×4, GCM×2, ChaCha20-Poly1305)", len(p.Capabilities()))
+	if len(p.Capabilities()) != 12+4+3+1 {
+		t.Fatalf("%d capabilities, want 20 (CBC×3 keys×4 HMACs, NULL×4, GCM×3 keys, ChaCha20-Poly1305)", len(p.Capabilities()))
 	}
 	fw := crypto.New(crypto.Options{CalibrationBudget: 1e6, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	defer fw.Close(context.Background())

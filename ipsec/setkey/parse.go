@@ -429,7 +429,7 @@ type encAlg struct {
 var encAlgs = map[string]encAlg{
 	"rijndael-cbc":      {crypto.CipherAESCBC, []int{16, 24, 32}, "16, 24 or 32"},
 	"aes-cbc":           {crypto.CipherAESCBC, []int{16, 24, 32}, "16, 24 or 32"},
-	"aes-gcm-16":        {crypto.CipherAESGCM, []int{20, 36}, "20 or 36 (key and 4-byte salt)"},
+	"aes-gcm-16":        {crypto.CipherAESGCM, []int{20, 28, 36}, "20, 28 or 36 (key and 4-byte salt)"},
 	"chacha20-poly1305": {crypto.CipherChaCha20Poly1305, []int{36}, "36 (key and 4-byte salt)"},
 	"null":              {crypto.CipherNull, []int{0}, "0"},
 }

@@ -285,7 +285,7 @@ func TestParseErrors(t *testing.T) {
 		{"odd hex", "add 1.2.3.4 1.2.3.5 esp 300 -E aes-cbc 0x5ec4e75ec4e75ec4e75ec4e75ec4e75;", 1, 40, "encryption key", "expected an even number of hex digits, got 31"},
 		{"non-hex", "add 1.2.3.4 1.2.3.5 esp 300 -E aes-cbc 0x5ec4e75ec4e75ec4e75ec4e75ec4e7zz;", 1, 72, "encryption key", "expected hex digits, got a non-hex character"},
 		{"cbc key 17", "add 1.2.3.4 1.2.3.5 esp 300 -E aes-cbc \"0123456789abcdefX\" -A hmac-sha1 " + sha1Key + ";", 1, 40, "encryption key", "aes-cbc key must be 16, 24 or 32 bytes, got 17"},
-		{"gcm without salt", "add 1.2.3.4 1.2.3.5 esp 300 -E aes-gcm-16 " + secret + ";", 1, 43, "encryption key", "aes-gcm-16 key must be 20 or 36 (key and 4-byte salt) bytes, got 16"},
+		{"gcm without salt", "add 1.2.3.4 1.2.3.5 esp 300 -E aes-gcm-16 " + secret + ";", 1, 43, "encryption key", "aes-gcm-16 key must be 20, 28 or 36 (key and 4-byte salt) bytes, got 16"},
 		{"null with key", "add 1.2.3.4 1.2.3.5 esp 300 -E null " + secret + " -A hmac-sha1 " + sha1Key + ";", 1, 37, "encryption key", "null key must be 0 bytes, got 16"},
 		{"cbc without -A", "add 1.2.3.4 1.2.3.5 esp 300 -E aes-cbc " + secret + ";", 1, 74, "authentication algorithm", "expected -A before ';' (aes-cbc needs an authentication algorithm)"},
 		{"cbc with -A null", "add 1.2.3.4 1.2.3.5 esp 300 -E aes-cbc " + secret + " -A null;", 1, 78, "authentication algorithm", "expected a non-null authentication algorithm with -E aes-cbc"},

@@ -22,7 +22,7 @@
 // 0xHEX and are validated per algorithm:
 //
 //	-E rijndael-cbc | aes-cbc           16, 24 or 32 bytes
-//	-E aes-gcm-16                        20 or 36 bytes (key || 4-byte salt)
+//	-E aes-gcm-16                        20, 28 or 36 bytes (key || 4-byte salt)
 //	-E chacha20-poly1305                 36 bytes (key || 4-byte salt)
 //	-E null                              no key (or "")
 //	-A hmac-sha1                         20 bytes (HMAC-SHA1-96)

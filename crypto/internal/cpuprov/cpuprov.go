@@ -37,7 +37,8 @@ type Primitives struct {
 	// EncryptCBC/DecryptCBC (which must not modify iv).
 	NewAES func(key []byte) (cipher.Block, error)
 	// NewGCM returns AES-GCM with a 12-byte nonce and a 16-byte tag for a
-	// 16 or 32-byte key (without salt). Nil: AES-GCM is not claimed.
+	// 16 or 32-byte key (without salt), and for a 24-byte key if it
+	// supports AES-192. Nil: AES-GCM is not claimed.
 	NewGCM func(key []byte) (cipher.AEAD, error)
 	// NewChaCha20Poly1305 returns ChaCha20-Poly1305 (RFC 8439) for a
 	// 32-byte key. Nil: ChaCha20-Poly1305 is not claimed.
@@ -65,8 +66,10 @@ type provider struct {
 
 // New returns a Provider for prims described by info. It claims AES-CBC
 // 128/192/256 with every HMAC (if NewAES is set), NULL with every HMAC,
-// AES-GCM 128/256 (if NewGCM is set) and ChaCha20-Poly1305 (if
-// NewChaCha20Poly1305 is set). The provider is safe for concurrent use.
+// AES-GCM 128/256 (if NewGCM is set) and AES-GCM 192 (if NewGCM also
+// accepts a 24-byte key, probed here with a throwaway all-zero key), and
+// ChaCha20-Poly1305 (if NewChaCha20Poly1305 is set). The provider is safe
+// for concurrent use.
 func New(info crypto.ProviderInfo, prims Primitives) crypto.Provider {
 	p := &provider{info: info, prims: prims, algs: map[crypto.Algorithm]bool{}}
 	p.info.Params = maps.Clone(info.Params)
@@ -87,6 +90,9 @@ func New(info crypto.ProviderInfo, prims Primitives) crypto.Provider {
 	}
 	if prims.NewGCM != nil {
 		add(crypto.Algorithm{Cipher: crypto.CipherAESGCM, KeyBits: 128})
+		if a, err := prims.NewGCM(make([]byte, 24)); err == nil && a.NonceSize() == 12 && a.Overhead() == 16 {
+			add(crypto.Algorithm{Cipher: crypto.CipherAESGCM, KeyBits: 192})
+		}
 		add(crypto.Algorithm{Cipher: crypto.CipherAESGCM, KeyBits: 256})
 	}
 	if prims.NewChaCha20Poly1305 != nil {
