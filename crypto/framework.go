@@ -479,10 +479,9 @@ func (f *Framework) shouldMove(cur, target *provEntry, alg Algorithm) bool {
 // would otherwise let the worker's thread run a whole scheduler slice
 // (1.5 ms with EEVDF on 2 CPUs) while a data-path thread waits for that
 // CPU, which stops traffic as surely as a lock would.
-const (
-	migrateChunk = 64
-	migrateSlice = 100 * time.Microsecond
-)
+const migrateChunk = 64
+
+var migrateSlice = 100 * time.Microsecond
 
 // migrator paces one migration worker (see migrateSlice).
 type migrator struct{ since time.Time }
@@ -551,16 +550,14 @@ func (f *Framework) maintainAll(want func(*Binding) bool) int {
 						nr++
 					}
 				}
-				var ctx context.Context
 				if nr > 0 {
-					var cancel context.CancelFunc
-					ctx, cancel = context.WithTimeout(context.Background(), f.opts.CloseTimeout)
-					defer cancel()
-				}
-				for i := range nr {
-					f.retire(retire[i], ctx)
-					retire[i] = nil
-					m.pace()
+					ctx, cancel := context.WithTimeout(context.Background(), f.opts.CloseTimeout)
+					for i := range nr {
+						f.retire(retire[i], ctx)
+						retire[i] = nil
+						m.pace()
+					}
+					cancel()
 				}
 				for _, b := range chunk {
 					b.flushRetry()

@@ -359,7 +359,7 @@ func TestKeyLengths(t *testing.T) {
 	}{
 		{"rijndael-cbc", map[int]int{16: 128, 24: 192, 32: 256}},
 		{"aes-cbc", map[int]int{16: 128, 24: 192, 32: 256}},
-		{"aes-gcm-16", map[int]int{20: 128, 36: 256}},
+		{"aes-gcm-16", map[int]int{20: 128, 28: 192, 36: 256}},
 		{"chacha20-poly1305", map[int]int{36: 256}},
 	}
 	for _, e := range enc {
