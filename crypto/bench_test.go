@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/aes"
 	"crypto/cipher"
+	"crypto/sha256"
 	"encoding/binary"
 	"slices"
 	"sync"
@@ -138,45 +139,102 @@ func BenchmarkSessionCreateClose(b *testing.B) {
 	b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "ops/s")
 }
 
-// BenchmarkSessionCreateCloseScaling alternates rounds of Bind+Close with
-// 1 and 2 goroutines (each round the same total number of operations) and
-// reports the median ops/s of each and their ratio. Interleaving makes the
-// comparison fair on a shared machine whose load drifts.
+// BenchmarkSessionCreateCloseScaling alternates rounds with 1 and 2
+// goroutines (each round the same total number of operations) of three
+// workloads and reports, per workload, the median ops/s of each and their
+// ratio: Bind+Close through the framework on aesni ("fw"); the same key
+// setup done directly, aes.NewCipher+cipher.NewGCM with no framework and
+// no shared state ("keysetup": same allocation profile, so it shows what
+// the allocator and the GC allow); and a CPU burn with no allocation and
+// no shared state, SHA-256 of a private buffer ("burn": what the host's
+// CPUs allow). Interleaving makes the comparison fair on a shared machine
+// whose load drifts. fw-2g/1g well below burn-2g/1g would mean a shared
+// hot spot in the framework; all three near 1 means the host did not give
+// this process two CPUs. Because that is common on a shared machine, it
+// also reports the process CPU time per operation (getrusage, Linux) with
+// 1 and 2 goroutines: contention (lock handoffs, cache lines bouncing
+// between CPUs, spinning) shows as more CPU per operation with 2, even
+// when the host runs both goroutines on one CPU; cpu-2g/1g near 1 means
+// the operations do not slow each other down.
 func BenchmarkSessionCreateCloseScaling(b *testing.B) {
 	fw := newFW(b, crypto.Options{})
 	mustRegister(b, fw, aesni.New())
 	keys := testKeys(algGCM128, 1)
 	done := func([]*crypto.Request) {}
 	ctx := context.Background()
-	const perRound = 2000
-	round := func(g int) float64 {
+	const perRound = 10000
+	work := map[string]func(n int){
+		"fw": func(n int) {
+			for range n {
+				bd, err := fw.Bind(keys, done)
+				if err != nil {
+					b.Error(err)
+					return
+				}
+				bd.Close(ctx)
+			}
+		},
+		"keysetup": func(n int) {
+			key := slices.Clone(keys.CipherKey[:16])
+			for range n {
+				blk, err := aes.NewCipher(key)
+				if err != nil {
+					b.Error(err)
+					return
+				}
+				if _, err := cipher.NewGCM(blk); err != nil {
+					b.Error(err)
+					return
+				}
+			}
+		},
+		"burn": func(n int) {
+			var buf [512]byte
+			for i := range n {
+				buf[0] = byte(i)
+				sum := sha256.Sum256(buf[:])
+				copy(buf[1:], sum[:])
+			}
+		},
+	}
+	names := []string{"fw", "keysetup", "burn"}
+	cpu1, cpu2 := map[string][]time.Duration{}, map[string][]time.Duration{}
+	round := func(name string, g int) time.Duration {
 		var wg sync.WaitGroup
+		c0 := processCPU()
 		start := time.Now()
 		for range g {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				for range perRound / g {
-					bd, err := fw.Bind(keys, done)
-					if err != nil {
-						b.Error(err)
-						return
-					}
-					bd.Close(ctx)
-				}
+				work[name](perRound / g)
 			}()
 		}
 		wg.Wait()
-		return perRound / time.Since(start).Seconds()
+		d := time.Since(start)
+		if g == 1 {
+			cpu1[name] = append(cpu1[name], processCPU()-c0)
+		} else {
+			cpu2[name] = append(cpu2[name], processCPU()-c0)
+		}
+		return d
 	}
-	var r1, r2 []time.Duration // ops/s stored as Duration for median()
+	r1, r2 := map[string][]time.Duration{}, map[string][]time.Duration{}
 	b.ResetTimer()
 	for range b.N {
-		r1 = append(r1, time.Duration(round(1)))
-		r2 = append(r2, time.Duration(round(2)))
+		for _, name := range names {
+			r1[name] = append(r1[name], round(name, 1))
+			r2[name] = append(r2[name], round(name, 2))
+		}
 	}
-	m1, m2 := median(r1), median(r2)
-	b.ReportMetric(float64(m1), "ops/s-1g")
-	b.ReportMetric(float64(m2), "ops/s-2g")
-	b.ReportMetric(float64(m2)/float64(m1), "2g/1g")
+	for _, name := range names {
+		m1, m2 := median(r1[name]), median(r2[name])
+		b.ReportMetric(perRound/m1.Seconds(), name+"-ops/s-1g")
+		b.ReportMetric(perRound/m2.Seconds(), name+"-ops/s-2g")
+		b.ReportMetric(float64(m1)/float64(m2), name+"-2g/1g")
+		if c1, c2 := median(cpu1[name]), median(cpu2[name]); c1 > 0 {
+			b.ReportMetric(float64(c1.Nanoseconds())/perRound, name+"-cpu-ns/op-1g")
+			b.ReportMetric(float64(c2)/float64(c1), name+"-cpu-2g/1g")
+		}
+	}
 }

@@ -179,7 +179,7 @@ func (b *Binding) newSession(e *provEntry) (*bsess, error) {
 		return nil, fmt.Errorf("provider %q: %w", e.name(), err)
 	}
 	w.s = s
-	e.sessions.Add(1)
+	e.sessions.add(b.id, 1)
 	return w, nil
 }
 
@@ -642,7 +642,7 @@ func (f *Framework) closeRetired(w *bsess, ctx context.Context) {
 		defer cancel()
 	}
 	err := w.s.Close(ctx)
-	w.prov.sessions.Add(-1)
+	w.prov.sessions.add(w.b.id, -1)
 	if err != nil {
 		f.log.Warn("crypto: session close failed", "provider", w.prov.name(), "binding", w.b.id, "error", err.Error())
 	}
@@ -754,7 +754,7 @@ func (b *Binding) Close(ctx context.Context) error {
 	var closeErr error
 	if w != nil {
 		closeErr = w.s.Close(ctx)
-		w.prov.sessions.Add(-1)
+		w.prov.sessions.add(w.b.id, -1)
 		b.abandon(w)
 	}
 	// Retries still pending (Close gave up waiting) fail now: there is no

@@ -16,19 +16,34 @@ const calibrationRounds = 3
 
 // calibrate measures p's encrypt throughput for every claimed algorithm at
 // every CalibrationSizes entry through p's own sessions, with throwaway
-// random keys and a fresh IV per request. The budget is
-// Options.CalibrationBudget in total, split evenly; each point runs at
-// least one batch. A size above a capability's MaxData is measured at
-// MaxData. Each point is the best of calibrationRounds rounds. On failure
-// it returns the point that failed.
+// random keys and a fresh IV per request. Options.CalibrationBudget bounds
+// the whole measurement (session setup included) against one deadline: each
+// algorithm gets an equal share of the time that remains when it starts,
+// each point an equal share of its algorithm's remainder, so an overrun by
+// one point is taken back from the next ones instead of adding up. A point
+// is the best of up to calibrationRounds rounds, as many as its share
+// allows; every point runs at least one round of one batch, so a provider
+// too slow to complete one batch per point within the budget overruns it
+// by that floor only. A size above a capability's MaxData is measured at
+// MaxData. On failure it returns the point that failed.
 func (f *Framework) calibrate(ctx context.Context, p Provider, caps []Capability) (map[Algorithm][len(CalibrationSizes)]float64, string, error) {
 	out := make(map[Algorithm][len(CalibrationSizes)]float64, len(caps))
 	if len(caps) == 0 {
 		return out, "", nil
 	}
-	per := f.opts.CalibrationBudget / time.Duration(len(caps)*len(CalibrationSizes))
+	deadline := time.Now().Add(f.opts.CalibrationBudget)
+	// share returns the end of an equal share of what remains until end,
+	// divided among n.
+	share := func(end time.Time, n int) time.Time {
+		now := time.Now()
+		if !now.Before(end) {
+			return now
+		}
+		return now.Add(end.Sub(now) / time.Duration(n))
+	}
 	timeout := f.selfTestTimeout()
-	for _, c := range caps {
+	for ci, c := range caps {
+		algEnd := share(deadline, len(caps)-ci)
 		var t [len(CalibrationSizes)]float64
 		sp := SessionParams{Alg: c.Alg, CipherKey: make([]byte, c.Alg.CipherKeyLen()), AuthKey: make([]byte, c.Alg.Auth.KeyLen())}
 		rand.Read(sp.CipherKey)
@@ -57,9 +72,11 @@ func (f *Framework) calibrate(ctx context.Context, p Provider, caps []Capability
 			}
 			// The best of a few rounds: one preemption of the measuring
 			// goroutine (a shared machine) must not decide the selection.
-			for range calibrationRounds {
+			pointEnd := share(algEnd, len(CalibrationSizes)-i)
+			for r := range calibrationRounds {
 				var bytes int
 				start := time.Now()
+				roundEnd := share(pointEnd, calibrationRounds-r)
 				for {
 					for _, r := range reqs {
 						ctr++
@@ -78,11 +95,14 @@ func (f *Framework) calibrate(ctx context.Context, p Provider, caps []Capability
 						}
 					}
 					bytes += size * len(reqs)
-					if time.Since(start) >= per/calibrationRounds {
+					if !time.Now().Before(roundEnd) {
 						break
 					}
 				}
 				t[i] = max(t[i], float64(bytes)/time.Since(start).Seconds())
+				if !time.Now().Before(pointEnd) {
+					break // at least one round; more while the share lasts
+				}
 			}
 		}
 		cctx, cancel := context.WithTimeout(ctx, timeout)

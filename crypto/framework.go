@@ -111,8 +111,13 @@ type Framework struct {
 	shards [nShards]bindShard
 	// rings recycles the per-binding request rings (QueueDepth pointers)
 	// and delivery scratch, which dominate the cost of Bind otherwise.
-	rings  sync.Pool
+	rings sync.Pool
+	// nextID is the one shared counter Bind writes (IDs stay in creation
+	// order). It has cache lines to itself, so that its writes do not
+	// invalidate the lines of the fields every Bind and Close read.
+	_      [cacheLine]byte
 	nextID atomic.Uint64
+	_      [cacheLine - 8]byte
 
 	epoch time.Time
 	clock atomic.Int64 // coarse monotonic ns since epoch, set by the watchdog
@@ -143,10 +148,46 @@ func (f *Framework) goBG(fn func()) {
 	}()
 }
 
+// cacheLine is the cache line size that padding assumes (64 bytes on
+// amd64 and arm64; two lines are used where adjacent-line prefetch would
+// pair them).
+const cacheLine = 64
+
+// bindShard is one shard of the binding table. Shards are two cache lines
+// apart, so that whatever the Framework's alignment, two shards' mutexes
+// never share a line: bindings with consecutive IDs, created and closed on
+// different CPUs, touch independent lines.
 type bindShard struct {
 	mu sync.Mutex
 	m  map[uint64]*Binding
-	_  [48]byte // one shard per 64-byte cache line
+	_  [2*cacheLine - 16]byte
+}
+
+// nCounterShards is the number of cache-line-padded parts of a
+// shardedCounter.
+const nCounterShards = 8
+
+// shardedCounter is a counter split over cache lines, for counts that
+// every session creation and close updates (a single atomic would be a
+// line that all CPUs creating sessions fight over). A given key always
+// updates the same part, so that a decrement is never seen without the
+// increment it pairs with: each part, and so any sum of parts read one
+// after the other, is never below the number of live items it counts.
+type shardedCounter struct {
+	parts [nCounterShards]struct {
+		n atomic.Int64
+		_ [cacheLine - 8]byte
+	}
+}
+
+func (c *shardedCounter) add(key uint64, d int64) { c.parts[key%nCounterShards].n.Add(d) }
+
+func (c *shardedCounter) load() int64 {
+	var t int64
+	for i := range c.parts {
+		t += c.parts[i].n.Load()
+	}
+	return t
 }
 
 // snapshot is the immutable selection table published on every provider
@@ -165,8 +206,11 @@ type provEntry struct {
 	selfTest SelfTestResult
 	tput     map[Algorithm][len(CalibrationSizes)]float64
 
-	state      atomic.Int32 // index into stateNames
-	sessions   atomic.Int64
+	state atomic.Int32 // index into stateNames
+	// sessions counts open sessions, keyed by binding ID (padded: it is
+	// written by every Bind and Close on this provider).
+	_          [cacheLine]byte
+	sessions   shardedCounter
 	rebindsIn  atomic.Uint64
 	rebindsOut atomic.Uint64
 	faults     atomic.Uint64
@@ -346,12 +390,12 @@ func (f *Framework) Deregister(ctx context.Context, name string) error {
 			w := b.curp.Load()
 			return w != nil && w.prov == e
 		})
-		if e.sessions.Load() == 0 {
+		if e.sessions.load() == 0 {
 			break
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("crypto: deregister %q: %d sessions still draining: %w", name, e.sessions.Load(), ctx.Err())
+			return fmt.Errorf("crypto: deregister %q: %d sessions still draining: %w", name, e.sessions.load(), ctx.Err())
 		case <-time.After(200 * time.Microsecond):
 		}
 	}
@@ -396,11 +440,15 @@ func (f *Framework) fault(e *provEntry, err error) {
 	f.publishLocked()
 	f.mu.Unlock()
 	f.log.Warn("crypto: provider degraded", "provider", e.name(), "error", msg)
-	for _, b := range f.allBindings() {
-		if w := b.curp.Load(); w != nil && w.prov == e {
-			b.kick()
-		}
-	}
+	// One background migration for all of the provider's bindings (not a
+	// goroutine per binding: a thousand of them creating sessions at once
+	// would starve the traffic of every other binding).
+	f.goBG(func() {
+		f.maintainAll(func(b *Binding) bool {
+			w := b.curp.Load()
+			return w != nil && w.prov == e
+		})
+	})
 }
 
 // publishLocked rebuilds the selection snapshot. f.mu must be held.
@@ -481,7 +529,7 @@ func (f *Framework) shouldMove(cur, target *provEntry, alg Algorithm) bool {
 // CPU, which stops traffic as surely as a lock would.
 const migrateChunk = 64
 
-var migrateSlice = 100 * time.Microsecond
+var migrateSlice = 250 * time.Microsecond
 
 // migrator paces one migration worker (see migrateSlice).
 type migrator struct{ since time.Time }
@@ -597,7 +645,7 @@ func (f *Framework) Providers() []ProviderStatus {
 			Capabilities: append([]Capability(nil), e.caps...),
 			State:        stateNames[e.state.Load()],
 			SelfTest:     e.selfTest,
-			Sessions:     e.sessions.Load(),
+			Sessions:     e.sessions.load(),
 			RebindsIn:    e.rebindsIn.Load(),
 			RebindsOut:   e.rebindsOut.Load(),
 			Faults:       e.faults.Load(),

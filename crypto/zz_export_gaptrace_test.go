@@ -2,4 +2,6 @@
 
 package crypto
 
-func SetMigrateBatch(n int) { migrateBatch = n }
+import "time"
+
+func SetMigrateSlice(d time.Duration) { migrateSlice = d }

@@ -21,8 +21,8 @@ import (
 
 func TestGapAB(t *testing.T) {
 	const n = 1000
-	rounds := 30
-	variants := []int{0, 16, 4}
+	rounds := 60
+	variants := []time.Duration{time.Hour, 250 * time.Microsecond}
 	fw := newFW(t, crypto.Options{Hysteresis: 1e9})
 	newB := func() crypto.Provider {
 		return cpuprov.New(crypto.ProviderInfo{Name: "aesni-b", Kind: crypto.KindAccelerated, Priority: aesni.Priority}, stdPrims)
@@ -107,7 +107,7 @@ func TestGapAB(t *testing.T) {
 	cur := aesni.Name
 	for r := range rounds * len(variants) {
 		v := r % len(variants)
-		crypto.SetMigrateBatch(variants[v])
+		crypto.SetMigrateSlice(variants[v])
 		time.Sleep(5 * time.Millisecond)
 		m, g, ow := measure(func() {
 			if err := fw.Deregister(context.Background(), cur); err != nil {
@@ -133,7 +133,7 @@ func TestGapAB(t *testing.T) {
 		return fmt.Sprintf("p50 %7.3f p90 %7.3f max %7.3f", d[len(d)/2].Seconds()*1e3, d[len(d)*9/10].Seconds()*1e3, d[len(d)-1].Seconds()*1e3)
 	}
 	for v, rs := range results {
-		fmt.Printf("batch=%-3d migrate[%s]\n          gap    [%s]\n          floor  [%s]\n          oswait [%s]\n          owfloor[%s]\n", variants[v], q(rs.mig), q(rs.gap), q(rs.floor), q(rs.ow), q(rs.owFloor))
+		fmt.Printf("slice=%-8v migrate[%s]\n          gap    [%s]\n          floor  [%s]\n          oswait [%s]\n          owfloor[%s]\n", variants[v], q(rs.mig), q(rs.gap), q(rs.floor), q(rs.ow), q(rs.owFloor))
 	}
 	for _, bd := range binds {
 		bd.Close(context.Background())

@@ -22,7 +22,10 @@ import (
 )
 
 func TestGapTrace(t *testing.T) {
-	const n, rounds = 1000, 7
+	const n, rounds = 1000, 15
+	if d, err := time.ParseDuration(os.Getenv("SLICE")); err == nil {
+		crypto.SetMigrateSlice(d)
+	}
 	fw := newFW(t, crypto.Options{Hysteresis: 1e9})
 	newB := func() crypto.Provider {
 		return cpuprov.New(crypto.ProviderInfo{Name: "aesni-b", Kind: crypto.KindAccelerated, Priority: aesni.Priority}, stdPrims)

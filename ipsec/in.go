@@ -87,48 +87,10 @@ func (e *Engine) parseIn(p *Packet, tab *sadTable, sc *saCache) *sa {
 			p.l3len, p.nhoff = 20, 9
 			break
 		}
-		var h ipHeader
-		if !parseIPInto(d, &h) {
-			e.drop(p, nil, DropMalformed)
+		var ok bool
+		if udp, ok = e.parseOuterIP(p, d, tab); !ok {
 			return nil
 		}
-		p.end = p.off + h.total
-		p.v6 = h.v6
-		p.Src, p.Dst = netip.AddrPortFrom(h.src, 0), netip.AddrPortFrom(h.dst, 0)
-		switch {
-		case h.proto == protoESP:
-			if h.frag {
-				e.drop(p, nil, DropMalformed)
-				return nil
-			}
-			p.espoff = p.off + h.hlen
-		case h.proto == protoUDP && !h.frag:
-			u := d[h.hlen:h.total]
-			if len(u) < 8 {
-				e.drop(p, nil, DropShort)
-				return nil
-			}
-			sport, dport := binary.BigEndian.Uint16(u), binary.BigEndian.Uint16(u[2:])
-			if dport != NATTPort && !tab.ports[dport] {
-				e.clearIn(p, d, &h)
-				return nil
-			}
-			ul := int(binary.BigEndian.Uint16(u[4:]))
-			if ul < 8 || ul > len(u) {
-				e.drop(p, nil, DropMalformed)
-				return nil
-			}
-			p.end = p.off + h.hlen + ul
-			p.Src = netip.AddrPortFrom(h.src, sport)
-			p.Dst = netip.AddrPortFrom(h.dst, dport)
-			p.l4off = p.off + h.hlen
-			p.espoff = p.l4off + 8
-			udp = true
-		default:
-			e.clearIn(p, d, &h)
-			return nil
-		}
-		p.l3len, p.nhoff = h.hlen, h.nhOff
 	case FrameUDP:
 		p.espoff = p.off
 		udp = true
@@ -185,6 +147,55 @@ func (e *Engine) parseIn(p *Packet, tab *sadTable, sc *saCache) *sa {
 	return s
 }
 
+// parseOuterIP is parseIn's general FrameIP case (IPv6, options, UDP
+// encapsulation, clear traffic): it validates the outer header of d and
+// sets p's ESP offset, or gives p its verdict (ok false).
+func (e *Engine) parseOuterIP(p *Packet, d []byte, tab *sadTable) (udp, ok bool) {
+	var h ipHeader
+	if !parseIPInto(d, &h) {
+		e.drop(p, nil, DropMalformed)
+		return false, false
+	}
+	p.end = p.off + h.total
+	p.v6 = h.v6
+	p.Src, p.Dst = netip.AddrPortFrom(h.src, 0), netip.AddrPortFrom(h.dst, 0)
+	switch {
+	case h.proto == protoESP:
+		if h.frag {
+			e.drop(p, nil, DropMalformed)
+			return false, false
+		}
+		p.espoff = p.off + h.hlen
+	case h.proto == protoUDP && !h.frag:
+		u := d[h.hlen:h.total]
+		if len(u) < 8 {
+			e.drop(p, nil, DropShort)
+			return false, false
+		}
+		sport, dport := binary.BigEndian.Uint16(u), binary.BigEndian.Uint16(u[2:])
+		if dport != NATTPort && !tab.ports[dport] {
+			e.clearIn(p, d, &h)
+			return false, false
+		}
+		ul := int(binary.BigEndian.Uint16(u[4:]))
+		if ul < 8 || ul > len(u) {
+			e.drop(p, nil, DropMalformed)
+			return false, false
+		}
+		p.end = p.off + h.hlen + ul
+		p.Src = netip.AddrPortFrom(h.src, sport)
+		p.Dst = netip.AddrPortFrom(h.dst, dport)
+		p.l4off = p.off + h.hlen
+		p.espoff = p.l4off + 8
+		udp = true
+	default:
+		e.clearIn(p, d, &h)
+		return false, false
+	}
+	p.l3len, p.nhoff = h.hlen, h.nhOff
+	return udp, true
+}
+
 // clearIn handles a FrameIP packet that is not ESP: it may pass if no
 // inbound policy demands IPsec for it.
 func (e *Engine) clearIn(p *Packet, d []byte, h *ipHeader) {
@@ -220,35 +231,35 @@ func (e *Engine) flushIn(b *batch, s *sa) {
 	if len(run) == 0 {
 		return
 	}
-	if s.win != nil {
+	// One pass: the replay check (RFC 4303 section 3.4.3, before the
+	// ICV; one lock for the run) and the request set-up.
+	w, esn := s.win, s.cfg.ESN
+	if w != nil {
 		s.mu.Lock()
-		for _, p := range run {
-			seql := binary.BigEndian.Uint32(p.buf[p.espoff+4:])
-			p.Seq = s.win.Infer(seql)
-			if !s.win.Check(p.Seq) {
-				p.sa = nil
-			}
-		}
-		s.mu.Unlock()
-	} else {
-		for _, p := range run {
-			p.Seq = uint64(binary.BigEndian.Uint32(p.buf[p.espoff+4:]))
-			if p.Seq == 0 {
-				p.sa = nil
-			}
-		}
 	}
 	reqs := b.reqs[:0]
+	replayed := false
 	for _, p := range run {
-		if p.sa == nil {
-			e.drop(p, s, DropReplay)
+		esp := p.buf[p.espoff:p.end]
+		seql := binary.BigEndian.Uint32(esp[4:8])
+		seq := uint64(seql)
+		ok := seq != 0
+		if w != nil {
+			if esn {
+				seq = w.Infer(seql)
+			}
+			ok = w.Check(seq)
+		}
+		p.Seq = seq
+		if !ok {
+			p.sa = nil
+			replayed = true
 			continue
 		}
-		esp := p.buf[p.espoff:p.end]
 		n := len(esp)
 		r := &p.req
 		setReq(r, p, crypto.Decrypt, esp[8+s.ivLen:n-s.icvLen], esp[n-s.icvLen:n], esp[8:8+s.ivLen])
-		if s.cfg.ESN {
+		if esn {
 			if s.aead {
 				put32(p.aad[0:], s.cfg.SPI)
 				put64(p.aad[4:], p.Seq)
@@ -262,6 +273,16 @@ func (e *Engine) flushIn(b *batch, s *sa) {
 			r.AAD = esp[:8]
 		}
 		reqs = append(reqs, r)
+	}
+	if w != nil {
+		s.mu.Unlock()
+	}
+	if replayed {
+		for _, p := range run {
+			if p.sa == nil {
+				e.drop(p, s, DropReplay)
+			}
+		}
 	}
 	e.submit(b, s, reqs)
 	clear(reqs)
@@ -331,6 +352,14 @@ func (e *Engine) finishIn(p *Packet, s *sa, r *crypto.Request, pc *polCache) boo
 			}
 		}
 	}
+	return e.finishInner(p, s, pc, nh, ps, pe, tunnel)
+}
+
+// finishInner is finishIn past the trailer, off the fast path: it parses
+// the inner header (or rebuilds the transport-mode header) and checks the
+// inbound policy. The payload is buf[ps:pe], nh its protocol.
+func (e *Engine) finishInner(p *Packet, s *sa, pc *polCache, nh uint8, ps, pe int, tunnel bool) bool {
+	buf := p.buf
 	var h ipHeader
 	var ok bool
 	if tunnel {

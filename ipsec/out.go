@@ -35,6 +35,7 @@ func (e *Engine) Outbound(pkts []*Packet) {
 	var (
 		lastFlow  spd.Flow
 		lastH     ipHeader
+		cur       ipHeader
 		lastK0    uint64
 		lastK1    uint64
 		haveKey   bool
@@ -44,32 +45,55 @@ func (e *Engine) Outbound(pkts []*Packet) {
 		lastSA    *sa
 		runSA     *sa
 		runTunnel bool
+		// flowSA is the SA (and mode) the previous packet of the flow
+		// lastK0/lastK1 went out on: later packets of that flow skip the
+		// policy and SA selection.
+		flowSA     *sa
+		flowTunnel bool
 	)
 	for _, p := range pkts {
 		p.Verdict, p.Drop, p.SPI, p.Seq = VerdictDrop, DropNone, 0, 0
 		p.l4off, p.espoff = 0, 0
 		p.b, p.sa = b, nil
 		d := p.buf[p.off:p.end]
-		var h ipHeader
-		fast := false
+		var h *ipHeader
 		if haveKey && len(d) >= 24 && d[0] == 0x45 {
 			// Same 5-tuple bytes as the previous simple IPv4 packet of
 			// this batch: reuse its parse, flow and policy.
 			k0, k1 := key4(d)
 			tot := int(binary.BigEndian.Uint16(d[2:]))
 			if k0 == lastK0 && k1 == lastK1 && binary.BigEndian.Uint16(d[6:])&0x3fff == 0 && tot >= 24 && tot <= len(d) {
-				h, fast = lastH, true
+				h = &lastH
 				h.total, h.tclass = tot, d[1]
+				if s := flowSA; s != nil && s.usable() {
+					p.end = p.off + tot
+					var dr DropReason
+					if flowTunnel && s.fast4 {
+						dr = e.encapTunnel4(p, s, h.tclass, protoIPIP)
+					} else {
+						dr = e.encap(p, s, h, flowTunnel)
+					}
+					if dr != DropNone {
+						e.drop(p, s, dr)
+						continue
+					}
+					if s != runSA || flowTunnel != runTunnel {
+						e.flushOut(b, runSA)
+						runSA, runTunnel = s, flowTunnel
+					}
+					b.run = append(b.run, p)
+					continue
+				}
 			}
 		}
-		if !fast {
-			var ok bool
-			h, ok = parseIP(d)
-			if !ok {
+		flowSA = nil
+		if h == nil {
+			h = &cur
+			if !parseIPInto(d, h) {
 				e.drop(p, nil, DropMalformed)
 				continue
 			}
-			f := flowOf(d[:h.total], &h)
+			f := flowOf(d[:h.total], h)
 			if !havePol || f != lastFlow {
 				lastPol, havePol = nil, true
 				if pol, ok := e.spd.Lookup(spd.DirOut, f); ok {
@@ -80,7 +104,8 @@ func (e *Engine) Outbound(pkts []*Packet) {
 			haveKey = false
 			if !h.v6 && h.hlen == 20 && !h.frag && h.total >= 24 {
 				lastK0, lastK1 = key4(d)
-				lastH, haveKey = h, true
+				lastH, haveKey = *h, true
+				h = &lastH
 			}
 		}
 		p.end = p.off + h.total
@@ -127,9 +152,22 @@ func (e *Engine) Outbound(pkts []*Packet) {
 		if s.cfg.Mode != spd.ModeAny {
 			tunnel = s.cfg.Mode == spd.ModeTunnel
 		}
-		if d := e.encap(p, s, &h, tunnel); d != DropNone {
-			e.drop(p, s, d)
+		var dr DropReason
+		if tunnel && s.fast4 {
+			nh := uint8(protoIPIP)
+			if h.v6 {
+				nh = protoIPv6
+			}
+			dr = e.encapTunnel4(p, s, h.tclass, nh)
+		} else {
+			dr = e.encap(p, s, h, tunnel)
+		}
+		if dr != DropNone {
+			e.drop(p, s, dr)
 			continue
+		}
+		if haveKey && h == &lastH {
+			flowSA, flowTunnel = s, tunnel
 		}
 		if s != runSA || tunnel != runTunnel {
 			e.flushOut(b, runSA)
@@ -277,10 +315,68 @@ func (e *Engine) encap(p *Packet, s *sa, h *ipHeader, tunnel bool) DropReason {
 	return DropNone
 }
 
+// encapTunnel4 is encap for the common case s.fast4 in tunnel mode: outer
+// IPv4 from the SA's template, plain ESP, an AEAD with an 8-byte IV (the
+// sequence number, written by setSeq) and a 16-byte ICV, 4-byte padding
+// alignment. nh is the inner protocol (IPv4 or IPv6 in IP); tclass the
+// inner TOS / traffic class, copied to the outer header.
+func (e *Engine) encapTunnel4(p *Packet, s *sa, tclass, nh uint8) DropReason {
+	const hdr = 20 + 8 + 8 // outer IPv4, SPI and sequence, IV
+	buf := p.buf
+	off, end := p.off, p.end
+	pad := -(end - off + 2) & 3
+	ctEnd := end + pad + 2
+	tailEnd := ctEnd + 16
+	start := off - hdr
+	if start < 0 || tailEnd > len(buf) || tailEnd-start > 0xffff {
+		return DropNoRoom
+	}
+	// Trailer: default padding 1, 2, 3 (RFC 4303 section 2.4), pad
+	// length, next header.
+	t := buf[end:ctEnd]
+	for i := range pad {
+		t[i] = byte(i + 1)
+	}
+	t[pad], t[pad+1] = byte(pad), nh
+	o := (*[hdr]byte)(buf[start:off])
+	*(*[20]byte)(o[:20]) = s.hdr4
+	o[1] = tclass
+	binary.BigEndian.PutUint16(o[2:], uint16(tailEnd-start))
+	put32(o[20:], s.cfg.SPI)
+	p.bytes = end - off
+	r := &p.req
+	r.Dir, r.Status, r.Err = crypto.Encrypt, crypto.StatusPending, nil
+	r.Data, r.ICV, r.IV, r.AAD, r.AuthTrailer = buf[off:ctEnd], buf[ctEnd:tailEnd], o[28:hdr], o[20:28], nil
+	if u, _ := r.User.(*Packet); u != p {
+		r.User = p
+	}
+	p.sa = s
+	p.off, p.end = start, tailEnd
+	p.l3len, p.l4off, p.espoff, p.v6 = 20, start+20, start+20, false
+	p.tunnel = true
+	p.Src, p.Dst = s.cfg.Src, s.cfg.Dst
+	return DropNone
+}
+
 // setSeq writes the sequence number and what depends on it: the ESP
 // sequence field, the AEAD IV (= the 64-bit counter, unique by
 // construction), the AAD / ESN trailer and the outer IPv4 ID.
 func (e *Engine) setSeq(p *Packet, s *sa, seq uint64) {
+	if p.tunnel && s.fast4 && !s.cfg.ESN && e.testIV == nil {
+		// encapTunnel4's layout: outer IPv4 | SPI | seq | IV; the AAD
+		// (SPI, seq) is already set.
+		h := (*[36]byte)(p.buf[p.off : p.off+36])
+		put32(h[24:], uint32(seq))
+		put64(h[28:], seq)
+		id := uint16(seq)
+		binary.BigEndian.PutUint16(h[4:], id)
+		sum := s.hdr4Sum + uint32(h[1]) + uint32(binary.BigEndian.Uint16(h[2:])) + uint32(id)
+		sum = sum&0xffff + sum>>16
+		sum = sum&0xffff + sum>>16
+		binary.BigEndian.PutUint16(h[10:], ^uint16(sum))
+		p.SPI, p.Seq = s.cfg.SPI, seq
+		return
+	}
 	buf := p.buf
 	esp := buf[p.espoff:]
 	put32(esp[4:], uint32(seq))

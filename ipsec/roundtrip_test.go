@@ -33,6 +33,7 @@ var transforms = []transform{
 	{"aes-cbc-256+sha256", "-E rijndael-cbc " + hexKey(32, 6) + " -A hmac-sha2-256 " + hexKey(32, 7)},
 	{"aes-cbc-192+sha512", "-E aes-cbc " + hexKey(24, 8) + " -A hmac-sha2-512 " + hexKey(64, 9)},
 	{"null+sha384", "-E null -A hmac-sha2-384 " + hexKey(48, 10)},
+	{"aes-gcm-192", "-E aes-gcm-16 " + hexKey(28, 11)}, // RFC 4106 AES-192
 }
 
 // topology is a pair of gateways A and B with protected networks LA, LB.

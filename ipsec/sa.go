@@ -59,9 +59,12 @@ type sa struct {
 
 	ivLen, icvLen, block int
 	aead                 bool
-	bind                 binding
-	hardPkts, softPkts   uint64
-	added                time.Time
+	// fast4: outer IPv4, plain ESP (not in UDP), an AEAD with an 8-byte
+	// IV and a 16-byte ICV: tunnel-mode packets take encapTunnel4.
+	fast4              bool
+	bind               binding
+	hardPkts, softPkts uint64
+	added              time.Time
 
 	seq   atomic.Uint64 // last sequence number assigned (outbound)
 	_     [56]byte
@@ -120,6 +123,8 @@ func newSA(c saConfig, fpKey []byte, now time.Time) (*sa, error) {
 	s.icvLen = c.Alg.ICVLen()
 	s.block = c.Alg.BlockSize()
 	s.aead = c.Alg.IsAEAD()
+	s.fast4 = s.aead && s.ivLen == 8 && s.icvLen == 16 && s.block == 4 &&
+		c.Dst.Addr().Is4() && c.Proto != setkey.ProtoESPUDP
 	if s.cfg.Proto == setkey.ProtoESPUDP {
 		if s.cfg.Src.Port() == 0 {
 			s.cfg.Src = netip.AddrPortFrom(s.cfg.Src.Addr(), NATTPort)

@@ -66,6 +66,8 @@ type Manager struct {
 	booted   chan struct{}
 	bootOnce sync.Once
 	opMu     sync.Mutex // serialises reload, manual start/stop and shutdown
+	// notifyWarn bounds the warnings about rejected notify datagrams.
+	notifyWarn logLimiter
 }
 
 // New loads the catalog (rc.conf and rc.d) and starts the notify server.
@@ -78,7 +80,8 @@ func New(opts Options) (*Manager, error) {
 		opts.Logger = slog.Default()
 	}
 	m := &Manager{opts: opts, log: opts.Logger, units: map[string]*unit{}, pids: map[int]*unit{},
-		stopping: make(chan struct{}), booted: make(chan struct{})}
+		stopping: make(chan struct{}), booted: make(chan struct{}),
+		notifyWarn: logLimiter{burst: notifyWarnBurst, per: notifyWarnWindow}}
 	cat, err := m.loadCatalog()
 	if err != nil {
 		return nil, err
@@ -92,7 +95,7 @@ func New(opts Options) (*Manager, error) {
 			return nil, errors.New("services: Options.RuntimeDir is required for the notify socket")
 		}
 		s, err := notify.Listen(filepath.Join(opts.RuntimeDir, "notify.sock"), m.onNotify, func(err error) {
-			m.log.Warn("notify: " + err.Error())
+			m.notifyWarnf("notify: %v", err)
 		})
 		if err != nil {
 			return nil, err
@@ -734,14 +737,14 @@ func (m *Manager) owner(pid int) *unit {
 func (m *Manager) onNotify(msg notify.Message) {
 	u := m.owner(msg.PID)
 	if u == nil {
-		m.log.Warn("notify: message from pid that belongs to no service; ignored", "pid", msg.PID, "uid", msg.UID)
+		m.notifyWarnf("notify: message from pid %d (uid %d) that belongs to no service; ignored", msg.PID, msg.UID)
 		return
 	}
 	u.mu.Lock()
 	p := u.proc
 	d := u.def
 	if s, ok := msg.Fields["STATUS"]; ok {
-		u.statusText = s
+		u.statusText = sanitizeStatus(s)
 	}
 	u.mu.Unlock()
 	if msg.Ready() && p != nil {
@@ -764,6 +767,21 @@ func (m *Manager) onNotify(msg notify.Message) {
 	if msg.Fields["STOPPING"] == "1" {
 		u.logf(slog.LevelInfo, "service reports STOPPING=1")
 	}
+}
+
+// notifyWarnf logs a warning about a rejected notify datagram, at most
+// notifyWarnBurst per notifyWarnWindow; the next logged one says how many
+// were suppressed.
+func (m *Manager) notifyWarnf(format string, args ...any) {
+	ok, suppressed := m.notifyWarn.allow(time.Now())
+	if !ok {
+		return
+	}
+	msg := fmt.Sprintf(format, args...)
+	if suppressed > 0 {
+		msg += fmt.Sprintf(" (%d similar warnings suppressed)", suppressed)
+	}
+	m.log.Warn(msg)
 }
 
 // Close shuts down (if not done yet) and releases the notify socket.

@@ -3,6 +3,7 @@ package main
 import (
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"os/signal"
@@ -11,6 +12,7 @@ import (
 	"sync"
 	"syscall"
 	"time"
+	"unicode"
 
 	"github.com/spf13/cobra"
 
@@ -57,7 +59,7 @@ func runSyslogd(sock, out string) error {
 	write := func(msg string) {
 		mu.Lock()
 		defer mu.Unlock()
-		fmt.Fprintf(f, "%s %s %s\n", time.Now().Format(time.StampMilli), host, strings.TrimRight(msg, "\n"))
+		_, _ = io.WriteString(f, syslogLine(time.Now(), host, msg))
 	}
 	write(fmt.Sprintf("syslogd[%d]: listening on %s", os.Getpid(), sock))
 	sigs := make(chan os.Signal, 2)
@@ -97,4 +99,30 @@ func runSyslogd(sock, out string) error {
 		}
 		write(string(buf[:n]))
 	}
+}
+
+// syslogLine formats one datagram as a log file line: "timestamp host
+// message\n". Senders are any local process (the socket is 0666, as
+// /dev/log is), so the message is escaped the way rsyslog does: control
+// characters other than tab (C0, DEL and C1) become "#ooo" (octal), so that a datagram
+// cannot forge further log lines or carry terminal escapes; invalid UTF-8
+// becomes U+FFFD. Trailing newlines and NULs (which syslog(3) clients
+// send) are dropped.
+func syslogLine(now time.Time, host, msg string) string {
+	msg = strings.TrimRight(msg, "\n\x00")
+	var b strings.Builder
+	b.Grow(len(msg) + 48)
+	b.WriteString(now.Format(time.StampMilli))
+	b.WriteByte(' ')
+	b.WriteString(host)
+	b.WriteByte(' ')
+	for _, r := range strings.ToValidUTF8(msg, "\uFFFD") {
+		if unicode.IsControl(r) && r != '\t' {
+			fmt.Fprintf(&b, "#%03o", r)
+			continue
+		}
+		b.WriteRune(r)
+	}
+	b.WriteByte('\n')
+	return b.String()
 }

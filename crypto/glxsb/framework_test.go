@@ -3,21 +3,16 @@ package glxsb_test
 import (
 	"bytes"
 	"context"
-	"crypto/aes"
-	"crypto/cipher"
-	"crypto/hmac"
-	"crypto/rand"
-	"crypto/sha1"
-	"encoding/binary"
 	"io"
 	"log/slog"
-	"sync"
+	"runtime"
 	"testing"
 	"time"
 
 	"github.com/keelinit/keel/crypto"
 	"github.com/keelinit/keel/crypto/aesni"
 	"github.com/keelinit/keel/crypto/glxsb"
+	"github.com/keelinit/keel/crypto/internal/providertest"
 	"github.com/keelinit/keel/modules"
 )
 
@@ -78,6 +73,9 @@ func TestModuleLoadUnload(t *testing.T) {
 	if fw.Best(alg) != glxsb.ModuleName {
 		t.Fatalf("best provider %q", fw.Best(alg))
 	}
+	if n := glxsbGoroutines(); n == 0 {
+		t.Fatal("no driver or device goroutine while loaded")
+	}
 	if err := l.Unload(ctx, glxsb.ModuleName); err != nil {
 		t.Fatalf("unload: %v", err)
 	}
@@ -86,6 +84,11 @@ func TestModuleLoadUnload(t *testing.T) {
 			t.Fatalf("still listed after unload: %v", ps.State)
 		}
 	}
+	// Unloading closed the provider: its driver goroutines and the
+	// emulated device have stopped.
+	if n := waitGlxsbGoroutinesGone(); n != 0 {
+		t.Fatalf("%d glxsb goroutines still running after unload", n)
+	}
 	// It can be loaded again (hot-plug).
 	if err := l.Load(ctx, glxsb.ModuleName); err != nil {
 		t.Fatalf("reload: %v", err)
@@ -93,13 +96,44 @@ func TestModuleLoadUnload(t *testing.T) {
 	if err := l.Unload(ctx, glxsb.ModuleName); err != nil {
 		t.Fatalf("unload: %v", err)
 	}
+	if n := waitGlxsbGoroutinesGone(); n != 0 {
+		t.Fatalf("%d glxsb goroutines still running after the second unload", n)
+	}
 }
 
-type tracked struct {
-	req  *crypto.Request
-	pt   []byte
-	seq  uint64
-	done bool
+// waitGlxsbGoroutinesGone waits up to 5 s (a goroutine that has signalled
+// its exit may not have returned yet) for glxsbGoroutines to reach zero
+// and returns the last count.
+func waitGlxsbGoroutinesGone() int {
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		n := glxsbGoroutines()
+		if n == 0 || time.Now().After(deadline) {
+			return n
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// glxsbGoroutines counts the goroutines running code of package glxsb
+// (the driver's completer and watchdog, the emulated device).
+func glxsbGoroutines() int {
+	buf := make([]byte, 1<<20)
+	for {
+		n := runtime.Stack(buf, true)
+		if n < len(buf) {
+			buf = buf[:n]
+			break
+		}
+		buf = make([]byte, 2*len(buf))
+	}
+	count := 0
+	for g := range bytes.SplitSeq(buf, []byte("\n\n")) {
+		if bytes.Contains(g, []byte("keel/crypto/glxsb.")) {
+			count++
+		}
+	}
+	return count
 }
 
 // TestFrameworkFailover runs traffic on bindings served by glxsb, injects
@@ -127,128 +161,23 @@ func TestFrameworkFailover(t *testing.T) {
 			if err := fw.Register(context.Background(), p); err != nil {
 				t.Fatal(err)
 			}
-			const nb, per = 4, 300
-			key, akey := make([]byte, 16), make([]byte, 20)
-			rand.Read(key)
-			rand.Read(akey)
-			blk, _ := aes.NewCipher(key)
-
-			var mu sync.Mutex
-			var failures []string
-			fail := func(s string) {
-				mu.Lock()
-				failures = append(failures, s)
-				mu.Unlock()
-			}
-			gate := make(chan struct{})
-			var wg sync.WaitGroup
-			var started sync.WaitGroup
-			started.Add(nb)
-			for range nb {
-				recs := make([]*tracked, per)
-				var next int
-				var cmu sync.Mutex
-				doneCh := make(chan struct{})
-				b, err := fw.Bind(crypto.SessionParams{Alg: alg, CipherKey: key, AuthKey: akey}, func(done []*crypto.Request) {
-					cmu.Lock()
-					defer cmu.Unlock()
-					for _, r := range done {
-						tr := r.User.(*tracked)
-						if tr.done {
-							fail("completed twice")
-						}
-						tr.done = true
-						if int(tr.seq) != next {
-							fail("out of order")
-						}
-						next++
-						if next == per {
-							close(doneCh)
-						}
-					}
-				})
-				if err != nil {
-					t.Fatal(err)
-				}
-				if b.Provider() != "glxsb" {
-					t.Fatalf("bound to %q", b.Provider())
-				}
-				for i := range recs {
-					pt := make([]byte, 256)
-					rand.Read(pt)
-					iv := make([]byte, 16)
-					binary.BigEndian.PutUint64(iv, uint64(i))
-					tr := &tracked{pt: pt, seq: uint64(i)}
-					tr.req = &crypto.Request{Dir: crypto.Encrypt, Data: append([]byte(nil), pt...), ICV: make([]byte, 12), IV: iv, AAD: []byte("spi+seq!"), User: tr}
-					recs[i] = tr
-				}
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					<-gate
-					for i, tr := range recs {
-						if i == per/8 {
-							started.Done()
-						}
-						deadline := time.Now().Add(30 * time.Second)
-						for b.Submit([]*crypto.Request{tr.req}) == 0 {
-							if time.Now().After(deadline) {
-								fail("backpressure never released")
-								return
-							}
-							time.Sleep(50 * time.Microsecond)
-						}
-					}
-					select {
-					case <-doneCh:
-					case <-time.After(30 * time.Second):
-						fail("not all requests completed")
-						return
-					}
-					for _, tr := range recs {
-						r := tr.req
-						if r.Status != crypto.StatusOK {
-							fail("status " + r.Status.String())
-							continue
-						}
-						want := make([]byte, len(tr.pt))
-						cipher.NewCBCEncrypter(blk, r.IV).CryptBlocks(want, tr.pt)
-						m := hmac.New(sha1.New, akey)
-						m.Write(r.AAD)
-						m.Write(r.IV)
-						m.Write(want)
-						if !bytes.Equal(r.Data, want) || !bytes.Equal(r.ICV, m.Sum(nil)[:12]) {
-							fail("wrong output")
-						}
-					}
-					// The move itself runs in the background.
-					for deadline := time.Now().Add(10 * time.Second); b.Provider() != "aesni"; time.Sleep(time.Millisecond) {
-						if time.Now().After(deadline) {
-							fail("binding not moved to aesni: " + b.Provider())
-							break
-						}
-					}
-					b.Close(context.Background())
-				}()
-			}
+			tr := &providertest.Traffic{Alg: alg, CipherKey: providertest.RandBytes(16), AuthKey: providertest.RandBytes(20)}
+			streams := tr.BindN(t, fw, 4, 300, "glxsb")
 			// aesni arrives after the bindings were made; the hysteresis
 			// keeps them on glxsb. Then traffic starts.
 			if err := fw.Register(context.Background(), aesni.New()); err != nil {
 				t.Fatal(err)
 			}
-			close(gate)
-			started.Wait()
-			p.InjectFault(f)
-			wg.Wait()
+			fails := tr.RunAll(streams, "aesni", func() { p.InjectFault(f) })
 			if p.Stats().Failed == 0 {
 				t.Error("the fault hit no request: traffic ended before it")
 			}
-			if len(failures) > 0 {
+			if len(fails) > 0 {
 				for _, ps := range fw.Providers() {
 					t.Logf("%s: state %v faults %d last %q sessions %d", ps.Name, ps.State, ps.Faults, ps.LastFault, ps.Sessions)
 				}
 				t.Logf("glxsb stats %+v", p.Stats())
-				t.Fatalf("%d failures, first: %s", len(failures), failures[0])
+				t.Fatalf("%d failures, first: %s", len(fails), fails[0])
 			}
 		})
 	}

@@ -3,35 +3,20 @@ package glxsb
 import (
 	"bytes"
 	"context"
-	"crypto/aes"
-	"crypto/cipher"
-	"crypto/hmac"
-	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"os"
-	"runtime"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/keelinit/keel/crypto"
+	"github.com/keelinit/keel/crypto/internal/providertest"
 )
-
-const waitLimit = 30 * time.Second // generous: the CI machine is shared
 
 func algFor(a crypto.Auth) crypto.Algorithm {
 	return crypto.Algorithm{Cipher: crypto.CipherAESCBC, KeyBits: 128, Auth: a}
-}
-
-func randBytes(t testing.TB, n int) []byte {
-	b := make([]byte, n)
-	if _, err := rand.Read(b); err != nil {
-		t.Fatal(err)
-	}
-	return b
 }
 
 func newProvider(t testing.TB, o Options) *Provider {
@@ -40,82 +25,8 @@ func newProvider(t testing.TB, o Options) *Provider {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), waitLimit)
-		defer cancel()
-		p.Close(ctx)
-	})
+	providertest.CloseAtCleanup(t, p)
 	return p
-}
-
-// collector records completions and checks exactly-once delivery.
-type collector struct {
-	mu    sync.Mutex
-	seen  map[*crypto.Request]int
-	order []*crypto.Request
-	dup   int
-}
-
-func newCollector() *collector { return &collector{seen: map[*crypto.Request]int{}} }
-
-func (c *collector) done(reqs []*crypto.Request) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	for _, r := range reqs {
-		if r.Status == crypto.StatusPending {
-			panic("completed with StatusPending")
-		}
-		c.seen[r]++
-		if c.seen[r] > 1 {
-			c.dup++
-		}
-		c.order = append(c.order, r)
-	}
-}
-
-func (c *collector) count() int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return len(c.order)
-}
-
-func (c *collector) wait(t testing.TB, n int) {
-	t.Helper()
-	deadline := time.Now().Add(waitLimit)
-	for c.count() < n {
-		if time.Now().After(deadline) {
-			t.Fatalf("only %d of %d requests completed", c.count(), n)
-		}
-		time.Sleep(time.Millisecond)
-	}
-}
-
-// reference computes ESP AES-CBC + HMAC with the stdlib.
-func reference(alg crypto.Algorithm, ckey, akey, aad, iv, pt, trailer []byte) (ct, icv []byte) {
-	b, _ := aes.NewCipher(ckey)
-	ct = make([]byte, len(pt))
-	cipher.NewCBCEncrypter(b, iv).CryptBlocks(ct, pt)
-	m := hmac.New(hashFor(alg.Auth), akey)
-	m.Write(aad)
-	m.Write(iv)
-	m.Write(ct)
-	m.Write(trailer)
-	return ct, m.Sum(nil)[:alg.ICVLen()]
-}
-
-func submitAll(t testing.TB, s crypto.Session, reqs []*crypto.Request) {
-	t.Helper()
-	deadline := time.Now().Add(waitLimit)
-	for len(reqs) > 0 {
-		n := s.Submit(reqs)
-		reqs = reqs[n:]
-		if n == 0 {
-			if time.Now().After(deadline) {
-				t.Fatalf("backpressure never released")
-			}
-			time.Sleep(100 * time.Microsecond)
-		}
-	}
 }
 
 func TestRFC3602Vectors(t *testing.T) {
@@ -143,30 +54,30 @@ func TestRFC3602Vectors(t *testing.T) {
 	for _, v := range f.Vectors {
 		t.Run(v.Case, func(t *testing.T) {
 			alg := algFor(crypto.AuthHMACSHA1_96)
-			akey := randBytes(t, 20)
-			c := newCollector()
-			s, err := p.NewSession(crypto.SessionParams{Alg: alg, CipherKey: unhex(v.Key), AuthKey: akey}, c.done)
+			akey := providertest.RandBytes(20)
+			c := providertest.NewCollector()
+			s, err := p.NewSession(crypto.SessionParams{Alg: alg, CipherKey: unhex(v.Key), AuthKey: akey}, c.Done)
 			if err != nil {
 				t.Fatal(err)
 			}
 			defer s.Close(context.Background())
 			aad := []byte{1, 2, 3, 4, 0, 0, 0, 1}
 			r := &crypto.Request{Dir: crypto.Encrypt, Data: unhex(v.Plaintext), ICV: make([]byte, 12), AAD: aad, IV: unhex(v.IV)}
-			submitAll(t, s, []*crypto.Request{r})
-			c.wait(t, 1)
+			providertest.SubmitAll(t, s, []*crypto.Request{r})
+			c.Wait(t, 1)
 			if r.Status != crypto.StatusOK {
 				t.Fatalf("status %v err %v", r.Status, r.Err)
 			}
 			if got := hex.EncodeToString(r.Data); got != v.Ciphertext {
 				t.Fatalf("ciphertext %s, want %s", got, v.Ciphertext)
 			}
-			_, icv := reference(alg, unhex(v.Key), akey, aad, unhex(v.IV), unhex(v.Plaintext), nil)
+			_, icv := providertest.Reference(alg, unhex(v.Key), akey, aad, unhex(v.IV), unhex(v.Plaintext), nil)
 			if !bytes.Equal(r.ICV, icv) {
 				t.Fatalf("icv %x, want %x", r.ICV, icv)
 			}
 			d := &crypto.Request{Dir: crypto.Decrypt, Data: r.Data, ICV: r.ICV, AAD: aad, IV: unhex(v.IV)}
-			submitAll(t, s, []*crypto.Request{d})
-			c.wait(t, 2)
+			providertest.SubmitAll(t, s, []*crypto.Request{d})
+			c.Wait(t, 2)
 			if d.Status != crypto.StatusOK || hex.EncodeToString(d.Data) != v.Plaintext {
 				t.Fatalf("decrypt: status %v data %x", d.Status, d.Data)
 			}
@@ -180,18 +91,18 @@ func TestRoundTripAgainstStdlib(t *testing.T) {
 		for _, size := range []int{0, 16, 1424, MaxOp} {
 			alg := algFor(auth)
 			t.Run(alg.String()+"/"+itoa(size), func(t *testing.T) {
-				ckey, akey := randBytes(t, 16), randBytes(t, auth.KeyLen())
-				c := newCollector()
-				s, err := p.NewSession(crypto.SessionParams{Alg: alg, CipherKey: ckey, AuthKey: akey}, c.done)
+				ckey, akey := providertest.RandBytes(16), providertest.RandBytes(auth.KeyLen())
+				c := providertest.NewCollector()
+				s, err := p.NewSession(crypto.SessionParams{Alg: alg, CipherKey: ckey, AuthKey: akey}, c.Done)
 				if err != nil {
 					t.Fatal(err)
 				}
 				defer s.Close(context.Background())
-				pt, iv, aad, tr := randBytes(t, size), randBytes(t, 16), randBytes(t, 8), randBytes(t, 4)
-				wantCT, wantICV := reference(alg, ckey, akey, aad, iv, pt, tr)
+				pt, iv, aad, tr := providertest.RandBytes(size), providertest.RandBytes(16), providertest.RandBytes(8), providertest.RandBytes(4)
+				wantCT, wantICV := providertest.Reference(alg, ckey, akey, aad, iv, pt, tr)
 				r := &crypto.Request{Dir: crypto.Encrypt, Data: append([]byte(nil), pt...), ICV: make([]byte, alg.ICVLen()), AAD: aad, IV: iv, AuthTrailer: tr}
-				submitAll(t, s, []*crypto.Request{r})
-				c.wait(t, 1)
+				providertest.SubmitAll(t, s, []*crypto.Request{r})
+				c.Wait(t, 1)
 				if r.Status != crypto.StatusOK || !bytes.Equal(r.Data, wantCT) || !bytes.Equal(r.ICV, wantICV) {
 					t.Fatalf("encrypt mismatch: status %v err %v", r.Status, r.Err)
 				}
@@ -201,16 +112,16 @@ func TestRoundTripAgainstStdlib(t *testing.T) {
 				ct := append([]byte(nil), wantCT...)
 				tam := &crypto.Request{Dir: crypto.Decrypt, Data: ct, ICV: bad, AAD: aad, IV: iv, AuthTrailer: tr}
 				d := &crypto.Request{Dir: crypto.Decrypt, Data: append([]byte(nil), wantCT...), ICV: wantICV, AAD: aad, IV: iv, AuthTrailer: tr}
-				submitAll(t, s, []*crypto.Request{tam, d})
-				c.wait(t, 3)
+				providertest.SubmitAll(t, s, []*crypto.Request{tam, d})
+				c.Wait(t, 3)
 				if tam.Status != crypto.StatusAuthFailed || !bytes.Equal(tam.Data, wantCT) {
 					t.Fatalf("tampered: status %v, data changed %v", tam.Status, !bytes.Equal(tam.Data, wantCT))
 				}
 				if d.Status != crypto.StatusOK || !bytes.Equal(d.Data, pt) {
 					t.Fatalf("decrypt: status %v err %v", d.Status, d.Err)
 				}
-				if c.dup != 0 {
-					t.Fatalf("%d duplicate completions", c.dup)
+				if c.Dups() != 0 {
+					t.Fatalf("%d duplicate completions", c.Dups())
 				}
 			})
 		}
@@ -251,8 +162,8 @@ func TestNewSessionErrors(t *testing.T) {
 
 func TestInvalidRequests(t *testing.T) {
 	p := newProvider(t, Options{SetupLatency: -1, ThroughputMBps: 1e6})
-	c := newCollector()
-	s, err := p.NewSession(crypto.SessionParams{Alg: algFor(crypto.AuthHMACSHA1_96), CipherKey: make([]byte, 16), AuthKey: make([]byte, 20)}, c.done)
+	c := providertest.NewCollector()
+	s, err := p.NewSession(crypto.SessionParams{Alg: algFor(crypto.AuthHMACSHA1_96), CipherKey: make([]byte, 16), AuthKey: make([]byte, 20)}, c.Done)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -272,12 +183,12 @@ func TestInvalidRequests(t *testing.T) {
 	var reqs []*crypto.Request
 	var orig [][]byte
 	for _, tc := range tests {
-		d := randBytes(t, tc.data)
+		d := providertest.RandBytes(tc.data)
 		orig = append(orig, append([]byte(nil), d...))
 		reqs = append(reqs, &crypto.Request{Data: d, ICV: make([]byte, tc.icv), IV: make([]byte, tc.iv)})
 	}
-	submitAll(t, s, reqs)
-	c.wait(t, len(reqs))
+	providertest.SubmitAll(t, s, reqs)
+	c.Wait(t, len(reqs))
 	for i, tc := range tests {
 		r := reqs[i]
 		if r.Status != tc.wantStatus {
@@ -288,7 +199,7 @@ func TestInvalidRequests(t *testing.T) {
 				t.Errorf("%s: err %v, data changed %v", tc.name, r.Err, !bytes.Equal(r.Data, orig[i]))
 			}
 		}
-		if c.order[i] != r {
+		if c.Order()[i] != r {
 			t.Errorf("completion %d out of order", i)
 		}
 	}
@@ -312,8 +223,8 @@ func TestInfo(t *testing.T) {
 
 func TestBackpressure(t *testing.T) {
 	p := newProvider(t, Options{QueueLen: 4, SetupLatency: 20 * time.Millisecond})
-	c := newCollector()
-	s, err := p.NewSession(crypto.SessionParams{Alg: algFor(crypto.AuthHMACSHA1_96), CipherKey: make([]byte, 16), AuthKey: make([]byte, 20)}, c.done)
+	c := providertest.NewCollector()
+	s, err := p.NewSession(crypto.SessionParams{Alg: algFor(crypto.AuthHMACSHA1_96), CipherKey: make([]byte, 16), AuthKey: make([]byte, 20)}, c.Done)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -330,14 +241,14 @@ func TestBackpressure(t *testing.T) {
 	if p.Stats().Refused == 0 {
 		t.Fatal("refusal not counted")
 	}
-	submitAll(t, s, reqs[4:])
+	providertest.SubmitAll(t, s, reqs[4:])
 	if err := s.Close(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	if c.count() != 10 || c.dup != 0 {
-		t.Fatalf("completed %d (dup %d)", c.count(), c.dup)
+	if c.Count() != 10 || c.Dups() != 0 {
+		t.Fatalf("completed %d (dup %d)", c.Count(), c.Dups())
 	}
-	for i, r := range c.order {
+	for i, r := range c.Order() {
 		if r != reqs[i] || r.Status != crypto.StatusOK {
 			t.Fatalf("completion %d: order or status %v", i, r.Status)
 		}
@@ -350,8 +261,8 @@ func TestBackpressure(t *testing.T) {
 func TestBlockingMode(t *testing.T) {
 	unblocked := make(chan struct{}, 100)
 	p := newProvider(t, Options{Blocking: true, SetupLatency: 2 * time.Millisecond, OnUnblock: func() { unblocked <- struct{}{} }})
-	c := newCollector()
-	s, err := p.NewSession(crypto.SessionParams{Alg: algFor(crypto.AuthHMACSHA1_96), CipherKey: make([]byte, 16), AuthKey: make([]byte, 20)}, c.done)
+	c := providertest.NewCollector()
+	s, err := p.NewSession(crypto.SessionParams{Alg: algFor(crypto.AuthHMACSHA1_96), CipherKey: make([]byte, 16), AuthKey: make([]byte, 20)}, c.Done)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -371,12 +282,12 @@ func TestBlockingMode(t *testing.T) {
 		}
 		select {
 		case <-unblocked:
-		case <-time.After(waitLimit):
+		case <-time.After(providertest.WaitLimit):
 			t.Fatal("no unblock")
 		}
 	}
-	if c.count() != 3 {
-		t.Fatalf("completed %d", c.count())
+	if c.Count() != 3 {
+		t.Fatalf("completed %d", c.Count())
 	}
 	if p.Stats().Refused == 0 {
 		t.Fatal("refusal not counted")
@@ -402,83 +313,21 @@ func TestFaultsMidTraffic(t *testing.T) {
 			faulted := make(chan error, 1)
 			// Only the hang case relies on the watchdog; elsewhere a long
 			// timeout keeps a preempted emulator from looking hung.
-			opTimeout := waitLimit
+			opTimeout := providertest.WaitLimit
 			if tc.fault == FaultHang {
 				opTimeout = 100 * time.Millisecond
 			}
 			p := newProvider(t, Options{QueueLen: 32, SetupLatency: 50 * time.Microsecond, OpTimeout: opTimeout,
 				OnFault: func(err error) { faults.Add(1); faulted <- err }})
-			const sessions, perSession = 4, 200
-			type rec struct {
-				req       *crypto.Request
-				data, icv []byte
-			}
-			cols := make([]*collector, sessions)
-			recs := make([][]rec, sessions)
-			var wg sync.WaitGroup
-			var started sync.WaitGroup
-			started.Add(sessions)
-			for i := range sessions {
-				cols[i] = newCollector()
-				s, err := p.NewSession(crypto.SessionParams{Alg: algFor(crypto.AuthHMACSHA256_128), CipherKey: randBytes(t, 16), AuthKey: randBytes(t, 32)}, cols[i].done)
-				if err != nil {
-					t.Fatal(err)
-				}
-				for range perSession {
-					r := &crypto.Request{Data: randBytes(t, 256), ICV: randBytes(t, 16), IV: randBytes(t, 16)}
-					recs[i] = append(recs[i], rec{r, append([]byte(nil), r.Data...), append([]byte(nil), r.ICV...)})
-				}
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					for j, rc := range recs[i] {
-						if j == perSession/4 {
-							started.Done()
-						}
-						for s.Submit([]*crypto.Request{rc.req}) == 0 {
-							time.Sleep(50 * time.Microsecond)
-						}
-					}
-					ctx, cancel := context.WithTimeout(context.Background(), waitLimit)
-					defer cancel()
-					s.Close(ctx)
-				}()
-			}
-			started.Wait()
+			l := providertest.StartFaultLoad(t, p, 4, 200, func(int) crypto.Algorithm { return algFor(crypto.AuthHMACSHA256_128) })
 			p.InjectFault(tc.fault)
-			wg.Wait()
+			l.Wait()
 			if tc.fault == FaultHang {
 				// Let the hung operation complete late: it must be dropped.
 				p.InjectFault(FaultNone)
 				time.Sleep(20 * time.Millisecond)
 			}
-			var failed int
-			for i := range sessions {
-				c := cols[i]
-				c.mu.Lock()
-				if len(c.order) != perSession || c.dup != 0 {
-					t.Fatalf("session %d: %d completions, %d duplicates", i, len(c.order), c.dup)
-				}
-				for j, rc := range recs[i] {
-					if c.order[j] != rc.req {
-						t.Fatalf("session %d: completion %d out of order", i, j)
-					}
-					switch rc.req.Status {
-					case crypto.StatusOK:
-					case crypto.StatusError:
-						failed++
-						if !errors.Is(rc.req.Err, tc.wantErr) {
-							t.Fatalf("err %v, want %v", rc.req.Err, tc.wantErr)
-						}
-						if !bytes.Equal(rc.req.Data, rc.data) || !bytes.Equal(rc.req.ICV, rc.icv) {
-							t.Fatalf("failed request's Data/ICV modified")
-						}
-					default:
-						t.Fatalf("status %v", rc.req.Status)
-					}
-				}
-				c.mu.Unlock()
-			}
+			failed := l.Check(t, tc.wantErr)
 			if failed == 0 {
 				t.Fatal("no request failed after the fault")
 			}
@@ -488,7 +337,7 @@ func TestFaultsMidTraffic(t *testing.T) {
 					if !errors.Is(err, tc.wantErr) {
 						t.Fatalf("fault %v, want %v", err, tc.wantErr)
 					}
-				case <-time.After(waitLimit):
+				case <-time.After(providertest.WaitLimit):
 					t.Fatal("OnFault not called")
 				}
 				if faults.Load() != 1 {
@@ -501,8 +350,8 @@ func TestFaultsMidTraffic(t *testing.T) {
 
 func TestCloseHandsBackFromHungDevice(t *testing.T) {
 	p := newProvider(t, Options{OpTimeout: time.Hour})
-	c := newCollector()
-	s, err := p.NewSession(crypto.SessionParams{Alg: algFor(crypto.AuthHMACSHA1_96), CipherKey: make([]byte, 16), AuthKey: make([]byte, 20)}, c.done)
+	c := providertest.NewCollector()
+	s, err := p.NewSession(crypto.SessionParams{Alg: algFor(crypto.AuthHMACSHA1_96), CipherKey: make([]byte, 16), AuthKey: make([]byte, 20)}, c.Done)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -511,32 +360,32 @@ func TestCloseHandsBackFromHungDevice(t *testing.T) {
 	for i := range reqs {
 		reqs[i] = &crypto.Request{Data: []byte("0123456789abcdef"), ICV: make([]byte, 12), IV: make([]byte, 16)}
 	}
-	submitAll(t, s, reqs)
+	providertest.SubmitAll(t, s, reqs)
 	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
 	defer cancel()
 	if err := s.Close(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if c.count() != 5 {
-		t.Fatalf("completed %d", c.count())
+	if c.Count() != 5 {
+		t.Fatalf("completed %d", c.Count())
 	}
-	for i, r := range c.order {
+	for i, r := range c.Order() {
 		if r != reqs[i] || r.Status != crypto.StatusError || !errors.Is(r.Err, crypto.ErrDeviceGone) || string(r.Data) != "0123456789abcdef" {
 			t.Fatalf("request %d: %v %v %q", i, r.Status, r.Err, r.Data)
 		}
 	}
 	// The device still works for other sessions once the hang clears.
 	p.InjectFault(FaultNone)
-	c2 := newCollector()
-	s2, err := p.NewSession(crypto.SessionParams{Alg: algFor(crypto.AuthHMACSHA1_96), CipherKey: make([]byte, 16), AuthKey: make([]byte, 20)}, c2.done)
+	c2 := providertest.NewCollector()
+	s2, err := p.NewSession(crypto.SessionParams{Alg: algFor(crypto.AuthHMACSHA1_96), CipherKey: make([]byte, 16), AuthKey: make([]byte, 20)}, c2.Done)
 	if err != nil {
 		t.Fatal(err)
 	}
 	r := &crypto.Request{Data: make([]byte, 16), ICV: make([]byte, 12), IV: make([]byte, 16)}
-	submitAll(t, s2, []*crypto.Request{r})
+	providertest.SubmitAll(t, s2, []*crypto.Request{r})
 	s2.Close(context.Background())
-	if r.Status != crypto.StatusOK || c.count() != 5 {
-		t.Fatalf("status %v, first session completions %d", r.Status, c.count())
+	if r.Status != crypto.StatusOK || c.Count() != 5 {
+		t.Fatalf("status %v, first session completions %d", r.Status, c.Count())
 	}
 }
 
@@ -551,8 +400,8 @@ func TestProviderCloseDrainsOrHandsBack(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			c := newCollector()
-			s, err := p.NewSession(crypto.SessionParams{Alg: algFor(crypto.AuthHMACSHA1_96), CipherKey: make([]byte, 16), AuthKey: make([]byte, 20)}, c.done)
+			c := providertest.NewCollector()
+			s, err := p.NewSession(crypto.SessionParams{Alg: algFor(crypto.AuthHMACSHA1_96), CipherKey: make([]byte, 16), AuthKey: make([]byte, 20)}, c.Done)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -563,28 +412,28 @@ func TestProviderCloseDrainsOrHandsBack(t *testing.T) {
 			if hang {
 				p.InjectFault(FaultHang)
 			}
-			submitAll(t, s, reqs)
+			providertest.SubmitAll(t, s, reqs)
 			ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 			if !hang {
-				ctx, cancel = context.WithTimeout(context.Background(), waitLimit)
+				ctx, cancel = context.WithTimeout(context.Background(), providertest.WaitLimit)
 			}
 			defer cancel()
 			if err := p.Close(ctx); err != nil {
 				t.Fatal(err)
 			}
-			if c.count() != len(reqs) || c.dup != 0 {
-				t.Fatalf("completed %d dup %d", c.count(), c.dup)
+			if c.Count() != len(reqs) || c.Dups() != 0 {
+				t.Fatalf("completed %d dup %d", c.Count(), c.Dups())
 			}
 			want := crypto.StatusOK
 			if hang {
 				want = crypto.StatusError
 			}
-			for i, r := range c.order {
+			for i, r := range c.Order() {
 				if r != reqs[i] || r.Status != want {
 					t.Fatalf("request %d: %v %v", i, r.Status, r.Err)
 				}
 			}
-			if _, err := p.NewSession(crypto.SessionParams{Alg: algFor(crypto.AuthHMACSHA1_96), CipherKey: make([]byte, 16), AuthKey: make([]byte, 20)}, c.done); err == nil {
+			if _, err := p.NewSession(crypto.SessionParams{Alg: algFor(crypto.AuthHMACSHA1_96), CipherKey: make([]byte, 16), AuthKey: make([]byte, 20)}, c.Done); err == nil {
 				t.Fatal("NewSession after Close succeeded")
 			}
 		})
@@ -604,16 +453,7 @@ func TestZeroAllocsSteadyState(t *testing.T) {
 	}
 	defer s.Close(context.Background())
 	reqs := []*crypto.Request{{Data: make([]byte, 1424), ICV: make([]byte, 12), IV: make([]byte, 16)}}
-	run := func() {
-		for s.Submit(reqs) == 0 {
-			runtime.Gosched()
-		}
-		<-ch
-	}
-	for range 100 {
-		run()
-	}
-	if a := testing.AllocsPerRun(500, run); a > 0.05 {
+	if a := providertest.AllocsPerRoundTrip(s, reqs, ch, 500); a > 0.05 {
 		t.Fatalf("%.2f allocations per request", a)
 	}
 }

@@ -3,9 +3,7 @@ package glxsb
 import (
 	"context"
 	"errors"
-	"fmt"
 	"sync"
-	"time"
 
 	"github.com/keelinit/keel/crypto"
 	"github.com/keelinit/keel/modules"
@@ -14,6 +12,13 @@ import (
 // ModuleName is the module (and provider) name registered from init().
 const ModuleName = "glxsb"
 
+// errAlreadyLoaded refuses a second load while another Loader holds the
+// (single) device.
+var errAlreadyLoaded = errors.New("glxsb: already loaded")
+
+// module is the package's single device slot: the provider of the loaded
+// module, set by newModuleProvider and cleared by releaseModuleProvider
+// once crypto.ProviderModule has closed it.
 var module struct {
 	mu   sync.Mutex
 	opts Options
@@ -30,67 +35,49 @@ func ConfigureModule(o Options) {
 }
 
 func init() {
-	m := crypto.ProviderModule(ModuleName, 1, "AMD Geode LX Security Block (emulated), AES-128-CBC, queued driver",
-		func(ctx context.Context) (crypto.Provider, error) {
-			fw, ok := crypto.FromContext(ctx)
-			if !ok {
-				return nil, crypto.ErrNoFramework
-			}
-			module.mu.Lock()
-			defer module.mu.Unlock()
-			if module.p != nil {
-				return nil, fmt.Errorf("glxsb: already loaded")
-			}
-			o := module.opts
-			o.Name = ModuleName
-			user := o.OnFault
-			o.OnFault = func(err error) {
-				fw.ReportFault(ModuleName, err)
-				if user != nil {
-					user(err)
-				}
-			}
-			p, err := New(o)
-			if err != nil {
-				return nil, err
-			}
-			module.p = p
-			return p, nil
-		})
-	register := m.Load
-	m.Load = func(ctx context.Context) error {
-		err := register(ctx)
-		if err != nil {
-			stopModuleProvider(ctx)
-		}
-		return err
-	}
-	deregister := m.Unload
-	m.Unload = func(ctx context.Context) error {
-		err := deregister(ctx)
-		if err != nil && !errors.Is(err, crypto.ErrNoProvider) {
-			return err
-		}
-		stopModuleProvider(ctx)
-		return nil
-	}
-	modules.Register(m)
+	// crypto.ProviderModule closes the provider (stopping the emulated
+	// device's goroutines) after Deregister on unload and after a failed
+	// admission on load.
+	modules.Register(crypto.ProviderModule(ModuleName, 1, "AMD Geode LX Security Block (emulated), AES-128-CBC, queued driver",
+		newModuleProvider, crypto.OnProviderRelease(releaseModuleProvider)))
 }
 
-// stopModuleProvider closes the module's provider once the framework no
-// longer uses it (after Deregister, or after a failed admission).
-func stopModuleProvider(ctx context.Context) {
+// newModuleProvider is the module's provider constructor: it creates the
+// device with the configured Options, its faults reported to the
+// framework of the load context.
+func newModuleProvider(ctx context.Context) (crypto.Provider, error) {
+	fw, ok := crypto.FromContext(ctx)
+	if !ok {
+		return nil, crypto.ErrNoFramework
+	}
 	module.mu.Lock()
-	p := module.p
-	module.p = nil
+	defer module.mu.Unlock()
+	if module.p != nil {
+		return nil, errAlreadyLoaded
+	}
+	o := module.opts
+	o.Name = ModuleName
+	user := o.OnFault
+	o.OnFault = func(err error) {
+		fw.ReportFault(ModuleName, err)
+		if user != nil {
+			user(err)
+		}
+	}
+	p, err := New(o)
+	if err != nil {
+		return nil, err
+	}
+	module.p = p
+	return p, nil
+}
+
+// releaseModuleProvider empties the device slot once the module has
+// closed p.
+func releaseModuleProvider(p crypto.Provider) {
+	module.mu.Lock()
+	if module.p == p {
+		module.p = nil
+	}
 	module.mu.Unlock()
-	if p == nil {
-		return
-	}
-	if _, ok := ctx.Deadline(); !ok {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, 5*time.Second)
-		defer cancel()
-	}
-	p.Close(ctx)
 }

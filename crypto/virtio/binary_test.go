@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/keelinit/keel/crypto"
+	"github.com/keelinit/keel/crypto/internal/providertest"
 	"github.com/keelinit/keel/crypto/virtio"
 )
 
@@ -34,14 +35,14 @@ func TestDeviceBinary(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer p.Close(context.Background())
-	c := newCollector()
-	s, err := p.NewSession(crypto.SessionParams{Alg: testAlgs[6], CipherKey: randBytes(36)}, c.done)
+	c := providertest.NewCollector()
+	s, err := p.NewSession(crypto.SessionParams{Alg: testAlgs[6], CipherKey: providertest.RandBytes(36)}, c.Done)
 	if err != nil {
 		t.Fatal(err)
 	}
 	r := &crypto.Request{Data: []byte("hello"), ICV: make([]byte, 16), IV: make([]byte, 8)}
-	submitAll(t, s, []*crypto.Request{r})
-	c.wait(t, 1)
+	providertest.SubmitAll(t, s, []*crypto.Request{r})
+	c.Wait(t, 1)
 	if r.Status != crypto.StatusOK || string(r.Data) == "hello" {
 		t.Fatalf("status %v err %v", r.Status, r.Err)
 	}

@@ -3,7 +3,6 @@ package virtio
 import (
 	"context"
 	"errors"
-	"fmt"
 	"sync"
 	"time"
 
@@ -14,6 +13,13 @@ import (
 // ModuleName is the module (and provider) name registered from init().
 const ModuleName = "virtio"
 
+// errAlreadyLoaded refuses a second load while another Loader holds the
+// (single) device.
+var errAlreadyLoaded = errors.New("virtio: already loaded")
+
+// module is the package's single device slot: the provider of the loaded
+// module, set by newModuleProvider and cleared by releaseModuleProvider
+// once crypto.ProviderModule has closed it.
 var module struct {
 	mu   sync.Mutex
 	opts Options
@@ -37,80 +43,64 @@ func ModuleProvider() *Provider {
 }
 
 func init() {
-	m := crypto.ProviderModule(ModuleName, 1, "virtio-crypto device (emulated, separate process), async control queue",
-		func(ctx context.Context) (crypto.Provider, error) {
-			fw, ok := crypto.FromContext(ctx)
-			if !ok {
-				return nil, crypto.ErrNoFramework
-			}
-			module.mu.Lock()
-			defer module.mu.Unlock()
-			if module.p != nil {
-				return nil, fmt.Errorf("virtio: already loaded")
-			}
-			o := module.opts
-			o.Name = ModuleName
-			user := o.OnFault
-			var self *Provider
-			var selfMu sync.Mutex
-			o.OnFault = func(err error) {
-				// Fail over first, then drop the dead provider.
-				fw.ReportFault(ModuleName, err)
-				dctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-				defer cancel()
-				fw.Deregister(dctx, ModuleName)
-				selfMu.Lock()
-				p := self
-				selfMu.Unlock()
-				if p != nil {
-					p.Close(dctx)
-				}
-				if user != nil {
-					user(err)
-				}
-			}
-			p, err := Start(ctx, o)
-			if err != nil {
-				return nil, err
-			}
-			selfMu.Lock()
-			self = p
-			selfMu.Unlock()
-			module.p = p
-			return p, nil
-		})
-	register := m.Load
-	m.Load = func(ctx context.Context) error {
-		err := register(ctx)
-		if err != nil {
-			stopModuleProvider(ctx)
-		}
-		return err
-	}
-	deregister := m.Unload
-	m.Unload = func(ctx context.Context) error {
-		err := deregister(ctx)
-		if err != nil && !errors.Is(err, crypto.ErrNoProvider) {
-			return err
-		}
-		stopModuleProvider(ctx)
-		return nil
-	}
-	modules.Register(m)
+	// crypto.ProviderModule closes the provider (stopping the device
+	// process) after Deregister on unload and after a failed admission on
+	// load.
+	modules.Register(crypto.ProviderModule(ModuleName, 1, "virtio-crypto device (emulated, separate process), async control queue",
+		newModuleProvider, crypto.OnProviderRelease(releaseModuleProvider)))
 }
 
-func stopModuleProvider(ctx context.Context) {
+// newModuleProvider is the module's provider constructor: it starts the
+// device with the configured Options. A device fault fails the bindings
+// over, deregisters the provider and stops the device.
+func newModuleProvider(ctx context.Context) (crypto.Provider, error) {
+	fw, ok := crypto.FromContext(ctx)
+	if !ok {
+		return nil, crypto.ErrNoFramework
+	}
 	module.mu.Lock()
-	p := module.p
-	module.p = nil
-	module.mu.Unlock()
-	if p == nil {
-		return
+	defer module.mu.Unlock()
+	if module.p != nil {
+		return nil, errAlreadyLoaded
 	}
-	if _, ok := ctx.Deadline(); !ok {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, 10*time.Second)
+	o := module.opts
+	o.Name = ModuleName
+	user := o.OnFault
+	var self *Provider
+	var selfMu sync.Mutex
+	o.OnFault = func(err error) {
+		// Fail over first, then drop the dead provider.
+		fw.ReportFault(ModuleName, err)
+		dctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
+		fw.Deregister(dctx, ModuleName)
+		selfMu.Lock()
+		p := self
+		selfMu.Unlock()
+		if p != nil {
+			p.Close(dctx)
+		}
+		if user != nil {
+			user(err)
+		}
 	}
-	p.Close(ctx)
+	p, err := Start(ctx, o)
+	if err != nil {
+		return nil, err
+	}
+	selfMu.Lock()
+	self = p
+	selfMu.Unlock()
+	module.p = p
+	return p, nil
+}
+
+// releaseModuleProvider empties the device slot once the module has
+// closed p.
+func releaseModuleProvider(p crypto.Provider) {
+	module.mu.Lock()
+	if module.p == p {
+		module.p = nil
+	}
+	module.mu.Unlock()
 }

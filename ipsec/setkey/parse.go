@@ -35,7 +35,7 @@ func ParseFile(path string) (*Config, error) {
 // internal copy of the input is zeroed before returning; the caller owns
 // (and should zero) any copy of its own.
 func Parse(name string, r io.Reader) (*Config, error) {
-	src, err := io.ReadAll(io.LimitReader(r, MaxFileSize+1))
+	src, err := readAllWiped(io.LimitReader(r, MaxFileSize+1))
 	defer clear(src)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", name, err)
@@ -44,6 +44,29 @@ func Parse(name string, r io.Reader) (*Config, error) {
 		return nil, &ParseError{File: name, Line: 1, Col: 1, Msg: fmt.Sprintf("file larger than %d bytes", MaxFileSize)}
 	}
 	return parseBytes(name, src)
+}
+
+// readAllWiped is io.ReadAll, except that every buffer it outgrows is
+// zeroed before it is dropped: the input holds keys, and io.ReadAll would
+// leave partial copies of them in garbage. The caller zeroes the result.
+func readAllWiped(r io.Reader) ([]byte, error) {
+	b := make([]byte, 0, 4096)
+	for {
+		if len(b) == cap(b) {
+			nb := make([]byte, len(b), 2*cap(b))
+			copy(nb, b)
+			clear(b)
+			b = nb
+		}
+		n, err := r.Read(b[len(b):cap(b)])
+		b = b[:len(b)+n]
+		if err == io.EOF {
+			return b, nil
+		}
+		if err != nil {
+			return b, err
+		}
+	}
 }
 
 func parseBytes(name string, src []byte) (*Config, error) {

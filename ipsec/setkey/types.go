@@ -212,6 +212,12 @@ func (sa SA) String() string {
 // GoString is String, so that %#v cannot print keys either.
 func (sa SA) GoString() string { return sa.String() }
 
+// MarshalText returns String, so that encoders (encoding/json, slog's JSON
+// and text handlers, YAML/TOML libraries) print the redacted form of an SA,
+// never its key bytes. There is deliberately no UnmarshalText: key
+// material enters only through Parse.
+func (sa SA) MarshalText() ([]byte, error) { return []byte(sa.String()), nil }
+
 // Format implements fmt.Formatter so that every verb (%v, %+v, %d, %x, ...)
 // prints the redacted String form and never the key bytes, including when
 // an SA is nested in an Op or Config being printed.

@@ -33,6 +33,7 @@ type fakeGateways struct {
 	configs []dataplane.Config
 	gws     []*dataplane.Gateway
 	tuns    []*netiotest.TUN
+	outers  []*netiotest.Outer
 	routes  [][]netip.Prefix
 	fail    error // returned by the next start
 }
@@ -57,6 +58,7 @@ func (f *fakeGateways) start(_ context.Context, eng *ipsec.Engine, cfg dataplane
 	f.configs = append(f.configs, cfg)
 	f.gws = append(f.gws, gw)
 	f.tuns = append(f.tuns, tun)
+	f.outers = append(f.outers, o)
 	return gw, nil
 }
 
@@ -201,6 +203,8 @@ func TestIPsecGateway(t *testing.T) {
 	conf := string(root["etc/ipsec.conf"].Data)
 	steps := []struct {
 		name    string
+		kill    bool   // stop the running gateway's loops before the reload
+		service bool   // keelctl reload ipsec instead of a reload of everything
 		local   string // rc.conf.local
 		conf    string // ipsec.conf
 		wantErr string
@@ -220,16 +224,36 @@ func TestIPsecGateway(t *testing.T) {
 			status: "tun keel0 esp 192.0.2.1->192.0.2.3"},
 		{name: "tun unset", local: "syslogd_enable=NO\npktgen_enable=NO\nkld_list=\"\"\n", closed: true},
 		{name: "tun set again", local: gwLocal, started: 1, status: "tun keel0 udp 192.0.2.1->192.0.2.2"},
+		{name: "unchanged keeps it", service: true, local: gwLocal, status: "tun keel0 udp 192.0.2.1->192.0.2.2", route: "10.2.0.0/24"},
+		{name: "stopped gateway restarts", kill: true, service: true, local: gwLocal, started: 1, closed: true,
+			status: "tun keel0 udp 192.0.2.1->192.0.2.2"},
 	}
 	for _, st := range steps {
 		if st.conf == "" {
 			st.conf = conf
 		}
 		prev := sys.Gateway()
+		if st.kill {
+			// The I/O goes away under the loops (as when the device is
+			// deleted): they return and the gateway is stopped.
+			fake.mu.Lock()
+			fake.tuns[len(fake.tuns)-1].Close()
+			fake.outers[len(fake.outers)-1].Close()
+			fake.mu.Unlock()
+			if !closed(prev, 5*time.Second) {
+				t.Fatalf("%s: loops did not stop", st.name)
+			}
+		}
 		n := fake.count()
 		root["etc/rc.conf.local"] = &fstest.MapFile{Data: []byte(st.local)}
 		root["etc/ipsec.conf"] = &fstest.MapFile{Data: []byte(st.conf)}
-		res, err := m.Reload(ctx)
+		var res services.ReloadResult
+		if st.service {
+			err = m.ReloadService(ctx, "ipsec")
+			res.Reloaded = []string{"ipsec"}
+		} else {
+			res, err = m.Reload(ctx)
+		}
 		if st.wantErr != "" {
 			if err == nil || !strings.Contains(err.Error(), st.wantErr) {
 				t.Errorf("%s: reload error %v, want one naming %s", st.name, err, st.wantErr)

@@ -187,6 +187,16 @@ func (s *ipsecService) startGateway(ctx context.Context, eng *ipsec.Engine, cfg 
 	return gw, nil
 }
 
+// stopped reports whether gw's loops have all returned.
+func stopped(gw *dataplane.Gateway) bool {
+	select {
+	case <-gw.Done():
+		return true
+	default:
+		return false
+	}
+}
+
 // tunText renders a gateway for status lines: "tun keel0 udp
 // 10.99.0.1->10.99.0.2".
 func tunText(st dataplane.Status) string {
@@ -210,7 +220,8 @@ func orNone(s string) string {
 // unset ipsec_tun stops it; otherwise it keeps running and, when its routes
 // come from the policies (no ipsec_routes), the routes of the new outbound
 // policies are added (routes of removed policies stay: what they carry is
-// dropped and counted as no-policy).
+// dropped and counted as no-policy). A gateway whose loops stopped on an
+// error is restarted, so a reload recovers it.
 func (s *ipsecService) Reload(ctx context.Context, env services.BuiltinEnv) error {
 	eng := s.engine()
 	if eng == nil {
@@ -232,7 +243,7 @@ func (s *ipsecService) Reload(ctx context.Context, env services.BuiltinEnv) erro
 	s.mu.RLock()
 	old, oldCfg := s.gw, s.gwCfg
 	s.mu.RUnlock()
-	if old != nil && tun && reflect.DeepEqual(oldCfg, gwCfg) {
+	if old != nil && tun && reflect.DeepEqual(oldCfg, gwCfg) && !stopped(old) {
 		if len(gwCfg.Routes) == 0 {
 			if routes := dataplane.PolicyRoutes(eng.Policies()); len(routes) > 0 {
 				if err := s.setRoutes(old.Status().Interface, routes); err != nil {

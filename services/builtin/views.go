@@ -228,9 +228,14 @@ func (g *pktgenService) running() bool {
 	return g.cancel != nil
 }
 
-// Summary returns the lines keeld prints after boot: each SA's provider.
+// Summary returns the lines keeld prints after boot: the gateway, if any,
+// and each SA's provider.
 func (s *System) Summary() []string {
 	var out []string
+	if gw := s.ips.gateway(); gw != nil {
+		st := gw.Status()
+		out = append(out, fmt.Sprintf("gateway %s, outer %s, mtu %d", tunText(st), st.Outer, st.MTU))
+	}
 	if eng := s.ips.engine(); eng != nil {
 		for _, sa := range eng.SAs() {
 			out = append(out, fmt.Sprintf("SA spi 0x%x %s %s->%s: bound to %s after %d rebind(s)", sa.SPI, sa.Alg, sa.Src.Addr(), sa.Dst.Addr(), orNone(sa.Provider), sa.Rebinds))

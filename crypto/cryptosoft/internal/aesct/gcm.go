@@ -135,13 +135,7 @@ func (g *GCM) Seal(dst, nonce, plaintext, aad []byte) []byte {
 	if uint64(len(plaintext)) > maxPlaintext {
 		panic("aesct: message too large for GCM")
 	}
-	ret, out := alias.SliceForAppend(dst, len(plaintext)+TagSize)
-	if alias.InexactOverlap(out, plaintext) {
-		panic("aesct: invalid buffer overlap")
-	}
-	if alias.AnyOverlap(out, aad) {
-		panic("aesct: invalid buffer overlap of output and additional data")
-	}
+	ret, out := alias.AEADOutput("aesct", dst, len(plaintext)+TagSize, plaintext, aad)
 	var ks [64]byte
 	n0, n1, n2 := g.first(&ks, nonce)
 	var mask [16]byte
@@ -167,13 +161,7 @@ func (g *GCM) Open(dst, nonce, ciphertext, aad []byte) ([]byte, error) {
 	}
 	tag := ciphertext[len(ciphertext)-TagSize:]
 	ct := ciphertext[:len(ciphertext)-TagSize]
-	ret, out := alias.SliceForAppend(dst, len(ct))
-	if alias.InexactOverlap(out, ct) {
-		panic("aesct: invalid buffer overlap")
-	}
-	if alias.AnyOverlap(out, aad) {
-		panic("aesct: invalid buffer overlap of output and additional data")
-	}
+	ret, out := alias.AEADOutput("aesct", dst, len(ct), ct, aad)
 	var ks [64]byte
 	n0, n1, n2 := g.first(&ks, nonce)
 	var want [16]byte

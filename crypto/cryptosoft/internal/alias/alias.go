@@ -1,6 +1,7 @@
 // Package alias holds the buffer helpers shared by cryptosoft's AEADs:
 // append-style output allocation and the stdlib's overlap rule (output and
-// input may overlap exactly or not at all).
+// input may overlap exactly or not at all), and AEADOutput, which combines
+// them for Seal and Open.
 package alias
 
 import "unsafe"
@@ -32,4 +33,22 @@ func InexactOverlap(x, y []byte) bool {
 		return false
 	}
 	return AnyOverlap(x, y)
+}
+
+// AEADOutput prepares the output of an AEAD's Seal or Open (cipher.AEAD
+// contract): it extends dst by n bytes (len(in)+tag size for Seal,
+// len(in) for Open) like SliceForAppend and returns the whole slice and
+// the n new bytes, out. out may overlap in only exactly (in place: dst is
+// in[:0]) and may not overlap aad at all; any other overlap panics, the
+// message prefixed with pkg (the calling package's name). It allocates
+// only when dst lacks capacity.
+func AEADOutput(pkg string, dst []byte, n int, in, aad []byte) (ret, out []byte) {
+	ret, out = SliceForAppend(dst, n)
+	if InexactOverlap(out, in) {
+		panic(pkg + ": invalid buffer overlap")
+	}
+	if AnyOverlap(out, aad) {
+		panic(pkg + ": invalid buffer overlap of output and additional data")
+	}
+	return ret, out
 }

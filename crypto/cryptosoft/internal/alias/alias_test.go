@@ -37,3 +37,48 @@ func TestSliceForAppend(t *testing.T) {
 		t.Fatal("did not grow")
 	}
 }
+
+func TestAEADOutput(t *testing.T) {
+	buf := make([]byte, 64)
+	const tag = 16
+	tests := []struct {
+		name      string
+		dst, in   []byte
+		aad       []byte
+		n         int
+		wantPanic string
+	}{
+		{"seal in place", buf[:0], buf[:32], nil, 32 + tag, ""},
+		{"open in place", buf[:0], buf[:32], nil, 32 - tag, ""},
+		{"disjoint", make([]byte, 0, 8), buf[:32], buf[32:40], 32 + tag, ""},
+		{"append after prefix", buf[:8], buf[8:24], nil, 16 + tag, ""},
+		{"shifted", buf[1:1], buf[:32], nil, 32 + tag, "pkg: invalid buffer overlap"},
+		{"output over aad", buf[:0], make([]byte, 16), buf[8:16], 16 + tag, "pkg: invalid buffer overlap of output and additional data"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var got string
+			func() {
+				defer func() {
+					if r := recover(); r != nil {
+						got = r.(string)
+					}
+				}()
+				ret, out := AEADOutput("pkg", tt.dst, tt.n, tt.in, tt.aad)
+				if len(ret) != len(tt.dst)+tt.n || len(out) != tt.n || &ret[len(tt.dst)] != &out[0] {
+					t.Errorf("ret %d bytes, out %d bytes", len(ret), len(out))
+				}
+				if cap(tt.dst) >= len(tt.dst)+tt.n && &ret[0] != &tt.dst[:1][0] {
+					t.Error("did not reuse dst's capacity")
+				}
+			}()
+			if got != tt.wantPanic {
+				t.Fatalf("panic %q, want %q", got, tt.wantPanic)
+			}
+		})
+	}
+	in := buf[:32]
+	if a := testing.AllocsPerRun(100, func() { AEADOutput("pkg", in[:0], len(in)+tag, in, nil) }); a != 0 {
+		t.Fatalf("%v allocations in place", a)
+	}
+}

@@ -92,13 +92,7 @@ func (a *AEAD) Seal(dst, nonce, plaintext, aad []byte) []byte {
 	if uint64(len(plaintext)) > maxPlaintext {
 		panic("chachapoly: plaintext too large")
 	}
-	ret, out := alias.SliceForAppend(dst, len(plaintext)+TagSize)
-	if alias.InexactOverlap(out, plaintext) {
-		panic("chachapoly: invalid buffer overlap")
-	}
-	if alias.AnyOverlap(out, aad) {
-		panic("chachapoly: invalid buffer overlap of output and additional data")
-	}
+	ret, out := alias.AEADOutput("chachapoly", dst, len(plaintext)+TagSize, plaintext, aad)
 	var s chachaState
 	var p poly1305
 	a.setup(&s, &p, nonce)
@@ -123,13 +117,7 @@ func (a *AEAD) Open(dst, nonce, ciphertext, aad []byte) ([]byte, error) {
 	}
 	tag := ciphertext[len(ciphertext)-TagSize:]
 	ct := ciphertext[:len(ciphertext)-TagSize]
-	ret, out := alias.SliceForAppend(dst, len(ct))
-	if alias.InexactOverlap(out, ct) {
-		panic("chachapoly: invalid buffer overlap")
-	}
-	if alias.AnyOverlap(out, aad) {
-		panic("chachapoly: invalid buffer overlap of output and additional data")
-	}
+	ret, out := alias.AEADOutput("chachapoly", dst, len(ct), ct, aad)
 	var s chachaState
 	var p poly1305
 	a.setup(&s, &p, nonce)

@@ -1,0 +1,106 @@
+package providertest
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/keelinit/keel/crypto"
+)
+
+// FaultLoad is concurrent traffic on raw sessions of one provider, for
+// fault-injection tests: every session submits its requests from its own
+// goroutine, then closes. After the fault, Check verifies exactly-once,
+// in-order completion and that failed requests kept their buffers.
+type FaultLoad struct {
+	cols []*Collector
+	recs [][]faultRec
+	wg   sync.WaitGroup
+}
+
+type faultRec struct {
+	req       *crypto.Request
+	data, icv []byte
+}
+
+// StartFaultLoad opens sessions sessions on p (session i for alg(i), with
+// random keys) and starts submitting per requests to each (256 random
+// bytes, random IV and ICV, 8 bytes of AAD), one at a time, riding out
+// backpressure; a session is closed (bounded by WaitLimit) once all its
+// requests are accepted. It returns once every session has submitted a
+// quarter of its requests: the moment to inject a fault.
+func StartFaultLoad(t testing.TB, p crypto.Provider, sessions, per int, alg func(i int) crypto.Algorithm) *FaultLoad {
+	t.Helper()
+	l := &FaultLoad{cols: make([]*Collector, sessions), recs: make([][]faultRec, sessions)}
+	var started sync.WaitGroup
+	started.Add(sessions)
+	for i := range sessions {
+		a := alg(i)
+		l.cols[i] = NewCollector()
+		s, err := p.NewSession(crypto.SessionParams{Alg: a, CipherKey: RandBytes(a.CipherKeyLen()), AuthKey: RandBytes(a.Auth.KeyLen())}, l.cols[i].Done)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for range per {
+			r := &crypto.Request{Data: RandBytes(256), ICV: RandBytes(a.ICVLen()), IV: RandBytes(a.IVLen()), AAD: RandBytes(8)}
+			l.recs[i] = append(l.recs[i], faultRec{r, bytes.Clone(r.Data), bytes.Clone(r.ICV)})
+		}
+		l.wg.Add(1)
+		go func() {
+			defer l.wg.Done()
+			for j, rc := range l.recs[i] {
+				if j == per/4 {
+					started.Done()
+				}
+				for s.Submit([]*crypto.Request{rc.req}) == 0 {
+					time.Sleep(50 * time.Microsecond)
+				}
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), WaitLimit)
+			defer cancel()
+			s.Close(ctx)
+		}()
+	}
+	started.Wait()
+	return l
+}
+
+// Wait waits until every session has submitted all its requests and
+// been closed.
+func (l *FaultLoad) Wait() { l.wg.Wait() }
+
+// Check, after Wait, fails t unless every request completed exactly once
+// and in submission order per session, with StatusOK or StatusError; a
+// failed request must wrap wantErr (unless nil) and have its Data and ICV
+// untouched. It returns how many requests failed.
+func (l *FaultLoad) Check(t testing.TB, wantErr error) (failed int) {
+	t.Helper()
+	for i, c := range l.cols {
+		order := c.Order()
+		if len(order) != len(l.recs[i]) || c.Dups() != 0 {
+			t.Fatalf("session %d: %d completions, %d duplicates", i, len(order), c.Dups())
+		}
+		for j, rc := range l.recs[i] {
+			if order[j] != rc.req {
+				t.Fatalf("session %d: completion %d out of order", i, j)
+			}
+			switch rc.req.Status {
+			case crypto.StatusOK:
+			case crypto.StatusError:
+				failed++
+				if wantErr != nil && !errors.Is(rc.req.Err, wantErr) {
+					t.Fatalf("err %v, want %v", rc.req.Err, wantErr)
+				}
+				if !bytes.Equal(rc.req.Data, rc.data) || !bytes.Equal(rc.req.ICV, rc.icv) {
+					t.Fatal("failed request's Data/ICV modified")
+				}
+			default:
+				t.Fatalf("status %v (%v)", rc.req.Status, rc.req.Err)
+			}
+		}
+	}
+	return failed
+}
