@@ -14,18 +14,25 @@ const calibrationBatch = 16
 // calibrationRounds is the number of rounds per point; the best counts.
 const calibrationRounds = 3
 
+// calibrationGuardBatch is the batch of the rounds after the first once a
+// point's share of the budget is spent.
+const calibrationGuardBatch = calibrationBatch / 4
+
 // calibrate measures p's encrypt throughput for every claimed algorithm at
 // every CalibrationSizes entry through p's own sessions, with throwaway
 // random keys and a fresh IV per request. Options.CalibrationBudget bounds
 // the whole measurement (session setup included) against one deadline: each
 // algorithm gets an equal share of the time that remains when it starts,
-// each point an equal share of its algorithm's remainder, so an overrun by
-// one point is taken back from the next ones instead of adding up. A point
-// is the best of up to calibrationRounds rounds, as many as its share
-// allows; every point runs at least one round of one batch, so a provider
-// too slow to complete one batch per point within the budget overruns it
-// by that floor only. A size above a capability's MaxData is measured at
-// MaxData. On failure it returns the point that failed.
+// each point an equal share of its algorithm's remainder and each of its
+// calibrationRounds rounds an equal share of the point's remainder, so an
+// overrun by one round is taken back from the following ones instead of
+// adding up. A point is the best of its rounds, so that one preemption of
+// the measuring goroutine on a shared machine does not decide the
+// selection. Every round runs at least one batch: calibrationBatch requests
+// for the first, calibrationGuardBatch for the others once the point's
+// share is spent. A provider too slow for that floor within the budget
+// overruns it by the floor only. A size above a capability's MaxData is
+// measured at MaxData. On failure it returns the point that failed.
 func (f *Framework) calibrate(ctx context.Context, p Provider, caps []Capability) (map[Algorithm][len(CalibrationSizes)]float64, string, error) {
 	out := make(map[Algorithm][len(CalibrationSizes)]float64, len(caps))
 	if len(caps) == 0 {
@@ -77,32 +84,36 @@ func (f *Framework) calibrate(ctx context.Context, p Provider, caps []Capability
 				var bytes int
 				start := time.Now()
 				roundEnd := share(pointEnd, calibrationRounds-r)
+				batch := reqs
+				if r > 0 && !start.Before(pointEnd) {
+					// Out of time: a short guard round. It reads lower
+					// than a full batch (less amortised), so it only
+					// counts if the full round was preempted.
+					batch = reqs[:calibrationGuardBatch]
+				}
 				for {
-					for _, r := range reqs {
+					for _, r := range batch {
 						ctr++
 						if len(r.IV) >= 8 {
 							binary.BigEndian.PutUint64(r.IV, ctr)
 						}
 					}
-					if err := w.run(ctx, s, reqs, timeout); err != nil {
+					if err := w.run(ctx, s, batch, timeout); err != nil {
 						s.Close(context.Background())
 						return out, fmt.Sprintf("%v: calibration at %d bytes", c.Alg, size), err
 					}
-					for _, r := range reqs {
+					for _, r := range batch {
 						if r.Status != StatusOK {
 							s.Close(context.Background())
 							return out, fmt.Sprintf("%v: calibration at %d bytes", c.Alg, size), fmt.Errorf("status %v: %v", r.Status, r.Err)
 						}
 					}
-					bytes += size * len(reqs)
+					bytes += size * len(batch)
 					if !time.Now().Before(roundEnd) {
 						break
 					}
 				}
 				t[i] = max(t[i], float64(bytes)/time.Since(start).Seconds())
-				if !time.Now().Before(pointEnd) {
-					break // at least one round; more while the share lasts
-				}
 			}
 		}
 		cctx, cancel := context.WithTimeout(ctx, timeout)

@@ -5,7 +5,20 @@ import (
 	"fmt"
 	"net/netip"
 	"testing"
+	"unsafe"
 )
+
+// bufOffset returns where x starts in p's buffer (-1: not inside it).
+func bufOffset(p *Packet, x []byte) int {
+	if len(x) == 0 {
+		return -1
+	}
+	d := uintptr(unsafe.Pointer(unsafe.SliceData(x))) - uintptr(unsafe.Pointer(unsafe.SliceData(p.buf)))
+	if d >= uintptr(len(p.buf)) {
+		return -1
+	}
+	return int(d)
+}
 
 // flowBatch returns packets in which flows repeat back to back, so that
 // the per-batch fast paths (flow and SA reuse outbound, SA cache and
@@ -325,14 +338,21 @@ func TestEncapTunnel4MatchesGeneric(t *testing.T) {
 					}
 					e.setSeq(fast, s, seq)
 					gr, fr := &gen.req, &fast.req
-					same := bytes.Equal(gen.Data(), fast.Data()) && gen.off == fast.off && gen.end == fast.end &&
+					// The ICV space after the trailer is written by the
+					// crypto, not here: it holds the buffer's old bytes.
+					gd, fd := gen.Data(), fast.Data()
+					same := len(gd) == len(fd) && len(gd) > s.icvLen && bytes.Equal(gd[:len(gd)-s.icvLen], fd[:len(fd)-s.icvLen]) && gen.off == fast.off && gen.end == fast.end &&
 						gen.l3len == fast.l3len && gen.l4off == fast.l4off && gen.espoff == fast.espoff &&
 						gen.v6 == fast.v6 && gen.tunnel == fast.tunnel && gen.bytes == fast.bytes &&
 						gen.Src == fast.Src && gen.Dst == fast.Dst && gen.SPI == fast.SPI && gen.Seq == fast.Seq &&
 						gr.Dir == fr.Dir && gr.Status == fr.Status && gr.User == any(gen) && fr.User == any(fast)
-					for _, pair := range [][2][]byte{{gr.Data, fr.Data}, {gr.ICV, fr.ICV}, {gr.IV, fr.IV}, {gr.AAD, fr.AAD}, {gr.AuthTrailer, fr.AuthTrailer}} {
-						same = same && bytes.Equal(pair[0], pair[1]) && len(pair[0]) == len(pair[1])
+					// Request slices: same place in the buffer and length,
+					// and the same contents except the not yet written ICV.
+					for i, pair := range [][2][]byte{{gr.ICV, fr.ICV}, {gr.Data, fr.Data}, {gr.IV, fr.IV}, {gr.AAD, fr.AAD}} {
+						same = same && len(pair[0]) == len(pair[1]) && bufOffset(gen, pair[0]) == bufOffset(fast, pair[1]) &&
+							(i == 0 || bytes.Equal(pair[0], pair[1]))
 					}
+					same = same && len(gr.AuthTrailer) == 0 && len(fr.AuthTrailer) == 0
 					if !same {
 						t.Fatalf("%s v6=%v tos=%#x n=%d: general and fast encapsulation differ\ngeneral %x\nfast    %x", xf.name, v6, tc, n, gen.Data(), fast.Data())
 					}

@@ -5,8 +5,8 @@ import (
 	"context"
 	"encoding/binary"
 	"io"
+	"runtime"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -18,33 +18,30 @@ import (
 	"github.com/keelinit/keel/ipsec/setkey"
 )
 
-var (
-	fuzzEngOnce sync.Once
-	// fuzzEngs[2*i] encrypts and fuzzEngs[2*i+1] decrypts A->B for
-	// interopCases[i]. They live for the whole fuzz process.
-	fuzzEngs []*ipsec.Engine
-)
-
-func fuzzEngines(tb testing.TB) []*ipsec.Engine {
+// fuzzEngine returns a fresh engine for case i/2 of interopCases that
+// encrypts A->B (even i) or decrypts it (odd i). Each fuzz execution gets
+// its own engine, so coverage does not depend on earlier executions
+// (replay windows, sequence counters) and minimisation converges.
+func fuzzEngine(tb testing.TB, i int) *ipsec.Engine {
 	tb.Helper()
-	fw := testFramework(tb)
-	fuzzEngOnce.Do(func() {
-		for _, c := range interopCases {
-			for _, dir := range []string{"out", "in"} {
-				cfg, err := setkey.Parse(c.name+"-"+dir+".conf", strings.NewReader(c.config(dir)))
-				if err != nil {
-					panic(err)
-				}
-				e := ipsec.NewEngine(fw, ipsec.Options{})
-				if err := e.Apply(context.Background(), cfg); err != nil {
-					panic(err)
-				}
-				fuzzEngs = append(fuzzEngs, e)
-			}
-		}
-	})
-	return fuzzEngs
+	c := interopCases[i/2]
+	dir := "out"
+	if i%2 == 1 {
+		dir = "in"
+	}
+	cfg, err := setkey.Parse(c.name+"-"+dir+".conf", strings.NewReader(c.config(dir)))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	e := ipsec.NewEngine(testFramework(tb), ipsec.Options{})
+	if err := e.Apply(context.Background(), cfg); err != nil {
+		tb.Fatal(err)
+	}
+	return e
 }
+
+// numFuzzEngines is how many engines fuzzEngine can build.
+var numFuzzEngines = 2 * len(interopCases)
 
 // pcapOf writes records (raw link-layer bytes) as a pcap of link type lt.
 func pcapOf(tb testing.TB, lt layers.LinkType, recs ...[]byte) []byte {
@@ -100,15 +97,16 @@ func fuzzSeeds(tb testing.TB) []struct {
 		eng  uint8
 		data []byte
 	}
-	engs := fuzzEngines(tb)
-	for i := 0; i < len(engs); i += 2 {
+	for i := 0; i < numFuzzEngines; i += 2 {
+		e := fuzzEngine(tb, i)
+		defer e.Close(context.Background())
 		for _, p := range plain {
 			out = append(out, struct {
 				eng  uint8
 				data []byte
 			}{uint8(i), p})
 			var enc bytes.Buffer
-			if _, err := Process(engs[i], Encrypt, bytes.NewReader(p), &enc); err != nil {
+			if _, err := Process(e, Encrypt, bytes.NewReader(p), &enc); err != nil {
 				tb.Fatal(err)
 			}
 			out = append(out, struct {
@@ -131,20 +129,44 @@ func fuzzSeeds(tb testing.TB) []struct {
 // (written + dropped), and writes a pcap that reads back with exactly the
 // records it reports written. The input selects the engine (direction and
 // transform: plain ESP and ESP-in-UDP, CBC+HMAC, GCM, ChaCha20-Poly1305,
-// ESN). Seed corpus: testdata/fuzz/FuzzProcess plus fuzzSeeds.
+// ESN). A hang (10 s) fails too. Seed corpus: testdata/fuzz/FuzzProcess
+// plus fuzzSeeds. Each execution builds its engine, and coverage still
+// varies a little with goroutine scheduling, so run it with a short
+// minimisation budget or minimisation eats the whole run:
+//
+//	go test -run='^$' -fuzz=FuzzProcess -fuzztime=30s -fuzzminimizetime=2s ./ipsec/espcap
 func FuzzProcess(f *testing.F) {
 	for _, s := range fuzzSeeds(f) {
 		f.Add(s.eng, s.data)
 	}
 	f.Fuzz(func(t *testing.T, eng uint8, data []byte) {
-		engs := fuzzEngines(t)
-		i := int(eng) % len(engs)
+		i := int(eng) % numFuzzEngines
+		e := fuzzEngine(t, i)
+		defer e.Close(context.Background())
 		d := Encrypt
 		if i%2 == 1 {
 			d = Decrypt
 		}
 		var out bytes.Buffer
-		res, err := Process(engs[i], d, bytes.NewReader(data), &out)
+		type result struct {
+			res *Result
+			err error
+		}
+		ch := make(chan result, 1)
+		go func() {
+			res, err := Process(e, d, bytes.NewReader(data), &out)
+			ch <- result{res, err}
+		}()
+		var r result
+		select {
+		case r = <-ch:
+		case <-time.After(10 * time.Second):
+			// A hang is a failure too: report it (with every goroutine)
+			// so that the fuzzer saves the input.
+			buf := make([]byte, 1<<20)
+			t.Fatalf("Process hung on a %d-byte input (engine %d)\n%s", len(data), i, buf[:runtime.Stack(buf, true)])
+		}
+		res, err := r.res, r.err
 		if err != nil {
 			return
 		}

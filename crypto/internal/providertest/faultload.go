@@ -73,9 +73,10 @@ func StartFaultLoad(t testing.TB, p crypto.Provider, sessions, per int, alg func
 func (l *FaultLoad) Wait() { l.wg.Wait() }
 
 // Check, after Wait, fails t unless every request completed exactly once
-// and in submission order per session, with StatusOK or StatusError; a
-// failed request must wrap wantErr (unless nil) and have its Data and ICV
-// untouched. It returns how many requests failed.
+// and in submission order per session, with StatusOK or StatusError, and
+// at least one failed (the fault hit the traffic); a failed request must
+// wrap wantErr (unless nil) and have its Data and ICV untouched. It
+// returns how many requests failed.
 func (l *FaultLoad) Check(t testing.TB, wantErr error) (failed int) {
 	t.Helper()
 	for i, c := range l.cols {
@@ -102,5 +103,22 @@ func (l *FaultLoad) Check(t testing.TB, wantErr error) (failed int) {
 			}
 		}
 	}
+	if failed == 0 {
+		t.Fatal("no request failed after the fault")
+	}
 	return failed
+}
+
+// WaitFault waits for the provider's OnFault report on faulted, failing t
+// if none arrives within WaitLimit or it does not wrap wantErr.
+func WaitFault(t testing.TB, faulted <-chan error, wantErr error) {
+	t.Helper()
+	select {
+	case err := <-faulted:
+		if !errors.Is(err, wantErr) {
+			t.Fatalf("fault %v, want %v", err, wantErr)
+		}
+	case <-time.After(WaitLimit):
+		t.Fatal("OnFault not called")
+	}
 }

@@ -130,11 +130,9 @@ func (c *Cipher) EncryptBlocks(dst, src []byte) {
 	}
 }
 
-// EncryptCBC encrypts src into dst in CBC mode with iv, which is not
-// modified. len(src) must be a multiple of 16, len(dst) >= len(src) and
-// len(iv) == 16; dst and src may overlap exactly. CBC encryption is serial,
-// so each block costs one full bitsliced AES evaluation.
-func (c *Cipher) EncryptCBC(dst, src, iv []byte) {
+// cbcArgs panics unless len(iv) == 16, src is whole blocks and dst is
+// at least as long as src (the EncryptCBC and DecryptCBC contract).
+func cbcArgs(dst, src, iv []byte) {
 	if len(iv) != BlockSize {
 		panic("aesct: CBC IV is not 16 bytes")
 	}
@@ -144,6 +142,14 @@ func (c *Cipher) EncryptCBC(dst, src, iv []byte) {
 	if len(dst) < len(src) {
 		panic("aesct: CBC output smaller than input")
 	}
+}
+
+// EncryptCBC encrypts src into dst in CBC mode with iv, which is not
+// modified. len(src) must be a multiple of 16, len(dst) >= len(src) and
+// len(iv) == 16; dst and src may overlap exactly. CBC encryption is serial,
+// so each block costs one full bitsliced AES evaluation.
+func (c *Cipher) EncryptCBC(dst, src, iv []byte) {
+	cbcArgs(dst, src, iv)
 	var w [16]uint32
 	var q [8]uint64
 	c0 := binary.LittleEndian.Uint32(iv[0:])
@@ -174,15 +180,7 @@ func (c *Cipher) EncryptCBC(dst, src, iv []byte) {
 // len(iv) == 16; dst and src may overlap exactly. Four blocks are decrypted
 // in parallel per bitsliced evaluation.
 func (c *Cipher) DecryptCBC(dst, src, iv []byte) {
-	if len(iv) != BlockSize {
-		panic("aesct: CBC IV is not 16 bytes")
-	}
-	if len(src)%BlockSize != 0 {
-		panic("aesct: CBC input not full blocks")
-	}
-	if len(dst) < len(src) {
-		panic("aesct: CBC output smaller than input")
-	}
+	cbcArgs(dst, src, iv)
 	var w, cw [16]uint32
 	var q [8]uint64
 	var prev [4]uint32
