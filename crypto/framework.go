@@ -527,9 +527,10 @@ func (f *Framework) shouldMove(cur, target *provEntry, alg Algorithm) bool {
 // would otherwise let the worker's thread run a whole scheduler slice
 // (1.5 ms with EEVDF on 2 CPUs) while a data-path thread waits for that
 // CPU, which stops traffic as surely as a lock would.
-const migrateChunk = 64
-
-var migrateSlice = 250 * time.Microsecond
+const (
+	migrateChunk = 64
+	migrateSlice = 250 * time.Microsecond
+)
 
 // migrator paces one migration worker (see migrateSlice).
 type migrator struct{ since time.Time }

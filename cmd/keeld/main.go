@@ -301,7 +301,13 @@ func controlListener(path string, gid int) (net.Listener, bool, error) {
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return nil, false, err
 	}
+	// The socket is created with mode 0777 &^ umask and only then
+	// chmodded to 0660: with a permissive umask, other users could
+	// connect in between. Create it with at most 0660 in the first place.
+	// (This runs before boot, while nothing else creates files.)
+	old := syscall.Umask(0o117)
 	l, err := api.Listen(path, gid)
+	syscall.Umask(old)
 	return l, false, err
 }
 

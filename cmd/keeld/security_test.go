@@ -16,6 +16,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -187,6 +188,9 @@ func TestKeysNeverLeave(t *testing.T) {
 		if !strings.Contains(errs, "ipsec.conf"+b.line) {
 			t.Errorf("%s: error does not name ipsec.conf%s: %q", b.name, b.line, errs)
 		}
+		// A global reload sees the changed file too.
+		out, errs, _ = d.keelctl(nil, "reload")
+		checkNoKeys(t, "global reload ("+b.name+")", out+errs, keys)
 		out, _, _ = d.keelctl(nil, "ipsec", "sa", "--json")
 		var after builtin.IPsec
 		_ = json.Unmarshal([]byte(out), &after)
@@ -290,5 +294,30 @@ func TestSyslogLineEscapes(t *testing.T) {
 		if strings.Count(got, "\n") != 1 {
 			t.Errorf("syslogLine(%q) is not one line", tt.in)
 		}
+	}
+}
+
+// TestControlListenerUmask: with a permissive process umask the control
+// socket still ends up 0660 (it is created under umask 0117, so it is never
+// connectable by others, not even before the chmod), and the process umask
+// is restored afterwards.
+func TestControlListenerUmask(t *testing.T) {
+	old := syscall.Umask(0)
+	defer syscall.Umask(old)
+	path := filepath.Join(t.TempDir(), "sub", "keeld.sock")
+	l, activated, err := controlListener(path, -1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	if activated {
+		t.Fatal("socket activation in a test")
+	}
+	if got := syscall.Umask(0); got != 0 {
+		t.Errorf("umask left at %#o, want 0 restored", got)
+	}
+	fi, err := os.Lstat(path)
+	if err != nil || fi.Mode()&os.ModeSocket == 0 || fi.Mode().Perm() != 0o660 {
+		t.Errorf("control socket %v %v, want socket 0660", fi.Mode(), err)
 	}
 }

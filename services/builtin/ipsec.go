@@ -309,11 +309,13 @@ func (s *ipsecService) Status() string {
 	c := eng.Counters()
 	out := fmt.Sprintf("%d SA(s) [%s], %d policies, out %d pkts, in %d pkts", len(sas), strings.Join(parts, ", "), len(eng.Policies()), c.OutPackets, c.InPackets)
 	if gw := s.gateway(); gw != nil {
+		// The tunnel first: keelctl status truncates long lines.
 		st := gw.Status()
-		out += "; " + tunText(st)
+		tun := tunText(st)
 		if st.Err != "" {
-			out += " FAILED: " + st.Err
+			tun += " FAILED: " + st.Err
 		}
+		out = tun + "; " + out
 	}
 	return out
 }
