@@ -43,22 +43,34 @@ type app struct {
 	socket string
 	json   bool
 	out    io.Writer
+	errOut io.Writer
 }
 
 func main() {
-	a := &app{out: os.Stdout}
-	err := a.root().Execute()
+	a := &app{out: os.Stdout, errOut: os.Stderr}
+	os.Exit(a.run(os.Args[1:]))
+}
+
+// run executes the command line args and returns the exit status: the
+// code of an exitError, 4 when keeld refused the call, 1 for other errors.
+func (a *app) run(args []string) int {
+	root := a.root()
+	root.SetArgs(args)
+	root.SetOut(a.out)
+	root.SetErr(a.errOut)
+	err := root.Execute()
 	var ee exitError
 	switch {
 	case errors.As(err, &ee):
-		os.Exit(ee.code)
+		return ee.code
 	case err != nil:
-		fmt.Fprintln(os.Stderr, "keelctl:", err)
+		fmt.Fprintln(a.errOut, "keelctl:", err)
 		if errors.Is(err, api.ErrPermission) {
-			os.Exit(4) // LSB: insufficient privilege
+			return 4 // LSB: insufficient privilege
 		}
-		os.Exit(1)
+		return 1
 	}
+	return 0
 }
 
 func (a *app) client() *api.Client { return api.NewClient(a.socket) }
@@ -143,7 +155,7 @@ func (a *app) statusCmd() *cobra.Command {
 			var d services.Detail
 			if err := c.Get(ctx, "/v1/services/"+url.PathEscape(args[0]), url.Values{"lines": {strconv.Itoa(lines)}}, &d); err != nil {
 				if errors.Is(err, api.ErrNotFound) {
-					fmt.Fprintln(os.Stderr, "keelctl:", err)
+					fmt.Fprintln(a.errOut, "keelctl:", err)
 					return exitError{4} // LSB: unknown service
 				}
 				return err
