@@ -459,3 +459,25 @@ func FromContext(ctx context.Context) (*Framework, bool) {
 	fw, ok := ctx.Value(frameworkKey{}).(*Framework)
 	return fw, ok && fw != nil
 }
+
+// String describes the parameters without key material: only the algorithm
+// and the key lengths are shown.
+func (p SessionParams) String() string {
+	return fmt.Sprintf("%v (cipher key %d bytes, auth key %d bytes: redacted)", p.Alg, len(p.CipherKey), len(p.AuthKey))
+}
+
+// GoString is String, so that %#v does not print the keys either.
+func (p SessionParams) GoString() string { return "crypto.SessionParams{" + p.String() + "}" }
+
+// Format prints String for every verb, so no fmt verb reveals the keys.
+func (p SessionParams) Format(f fmt.State, verb rune) {
+	if verb == 'v' && f.Flag('#') {
+		fmt.Fprint(f, p.GoString())
+		return
+	}
+	fmt.Fprint(f, p.String())
+}
+
+// MarshalText encodes the redacted String, which also covers encoding/json
+// and the slog handlers.
+func (p SessionParams) MarshalText() ([]byte, error) { return []byte(p.String()), nil }

@@ -127,6 +127,8 @@ func (f *Framework) Bind(p SessionParams, done CompletionFunc) (*Binding, error)
 	var lastErr error
 	for range 3 {
 		if f.closed.Load() {
+			b.zero()
+			f.rings.Put(bufs)
 			return nil, fmt.Errorf("crypto: bind %v: %w", p.Alg, ErrClosed)
 		}
 		e := f.snap.Load().best[p.Alg]

@@ -217,21 +217,36 @@ func (tp *topo) in(s *side, name string, args ...string) string {
 	return tp.run("ip", append([]string{"netns", "exec", s.ns, name}, args...)...)
 }
 
+// command returns the command line name args to run in s's namespace.
+func (s *side) command(name string, args ...string) *exec.Cmd {
+	return exec.Command("ip", append([]string{"netns", "exec", s.ns, name}, args...)...)
+}
+
+// spawn starts c, which gets SIGKILL if the test process dies and which
+// cleanup stops; the test fails if c cannot start. Whoever spawns c waits
+// for it.
+func (tp *topo) spawn(c *exec.Cmd) {
+	tp.t.Helper()
+	dieWithParent(c)
+	if err := c.Start(); err != nil {
+		tp.t.Fatalf("start %s: %v", strings.Join(c.Args, " "), err)
+	}
+	tp.mu.Lock()
+	tp.cmds = append(tp.cmds, c)
+	tp.mu.Unlock()
+}
+
 // start starts a long-running command in s's namespace, stopped by cleanup;
 // the channel is closed when it exits.
 func (tp *topo) start(s *side, stdout, stderr io.Writer, env []string, name string, args ...string) (*exec.Cmd, <-chan struct{}) {
 	tp.t.Helper()
-	c := exec.Command("ip", append([]string{"netns", "exec", s.ns, name}, args...)...)
+	c := s.command(name, args...)
 	c.Stdout, c.Stderr = stdout, stderr
 	c.Env = append(os.Environ(), env...)
-	dieWithParent(c)
-	if err := c.Start(); err != nil {
-		tp.t.Fatalf("start %s: %v", name, err)
-	}
+	tp.spawn(c)
 	done := make(chan struct{})
 	go func() { c.Wait(); close(done) }()
 	tp.mu.Lock()
-	tp.cmds = append(tp.cmds, c)
 	if tp.exited == nil {
 		tp.exited = map[*exec.Cmd]chan struct{}{}
 	}
@@ -400,10 +415,8 @@ type capture struct {
 func (tp *topo) capture(s *side, snaplen int) *capture {
 	tp.t.Helper()
 	cp := &capture{file: filepath.Join(tp.dir, "cap"+s.name+".pcap"), stderr: &syncBuffer{}}
-	cp.cmd = exec.Command("ip", "netns", "exec", s.ns, "tcpdump", "-i", "v"+s.name, "-n", "-U", "-B", "16384",
-		"-s", strconv.Itoa(snaplen), "-w", cp.file, "ip")
+	cp.cmd = s.command("tcpdump", "-i", "v"+s.name, "-n", "-U", "-B", "16384", "-s", strconv.Itoa(snaplen), "-w", cp.file, "ip")
 	cp.cmd.Stderr = cp.stderr
-	dieWithParent(cp.cmd)
 	if keep := os.Getenv("KEEL_E2E_KEEP"); keep != "" {
 		// Keep the capture of a failed test for inspection.
 		tp.t.Cleanup(func() {
@@ -415,12 +428,7 @@ func (tp *topo) capture(s *side, snaplen int) *capture {
 			}
 		})
 	}
-	if err := cp.cmd.Start(); err != nil {
-		tp.t.Fatal(err)
-	}
-	tp.mu.Lock()
-	tp.cmds = append(tp.cmds, cp.cmd)
-	tp.mu.Unlock()
+	tp.spawn(cp.cmd)
 	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
 		if strings.Contains(cp.stderr.String(), "listening on") {
 			return cp
@@ -485,31 +493,19 @@ func (tp *topo) tcpTransfer(from, to *side, n, rate int64, during func()) {
 	}
 	sinkOut, srcOut := &syncBuffer{}, &syncBuffer{}
 	var sinkErr, srcErr bytes.Buffer
-	sink := exec.Command("ip", "netns", "exec", to.ns, exe, "-test.run=^$", "sink", to.inner+":5001")
+	sink := to.command(exe, "-test.run=^$", "sink", to.inner+":5001")
 	sink.Env = append(os.Environ(), helperEnv+"=sink")
 	sink.Stdout, sink.Stderr = sinkOut, &sinkErr
-	dieWithParent(sink)
-	if err := sink.Start(); err != nil {
-		tp.t.Fatal(err)
-	}
-	tp.mu.Lock()
-	tp.cmds = append(tp.cmds, sink)
-	tp.mu.Unlock()
+	tp.spawn(sink)
 	for deadline := time.Now().Add(10 * time.Second); !strings.Contains(sinkOut.String(), "listening"); time.Sleep(20 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			tp.t.Fatalf("sink did not listen: %s", sinkErr.String())
 		}
 	}
-	src := exec.Command("ip", "netns", "exec", from.ns, exe, "-test.run=^$", "source", to.inner+":5001")
+	src := from.command(exe, "-test.run=^$", "source", to.inner+":5001")
 	src.Env = append(os.Environ(), helperEnv+"=source", fmt.Sprintf("KEEL_E2E_BYTES=%d", n), fmt.Sprintf("KEEL_E2E_RATE=%d", rate))
 	src.Stdout, src.Stderr = srcOut, &srcErr
-	dieWithParent(src)
-	if err := src.Start(); err != nil {
-		tp.t.Fatal(err)
-	}
-	tp.mu.Lock()
-	tp.cmds = append(tp.cmds, src)
-	tp.mu.Unlock()
+	tp.spawn(src)
 	if during != nil {
 		during()
 	}

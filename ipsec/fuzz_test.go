@@ -208,3 +208,60 @@ func FuzzOutbound(f *testing.F) {
 		}
 	})
 }
+
+// FuzzInboundAuthenticated: arbitrary decrypted contents (as a peer that
+// holds the key could send them) in the middle of a batch of valid
+// packets of one flow. The trailer, padding and inner-header checks and
+// the per-batch SA and policy reuse must drop the bad packet with a
+// reason, never panic, and still forward its valid neighbours. in[0]
+// selects the next header, the rest is the plaintext before the trailer
+// is checked (it carries its own padding and pad length bytes, or not).
+func FuzzInboundAuthenticated(f *testing.F) {
+	good := trailer(udpPacket(innerA, innerB, 1, 2, []byte("neighbour")), protoIPIP)
+	f.Add(append([]byte{protoIPIP}, good...))
+	f.Add(append([]byte{protoIPv6}, good...))
+	f.Add(append([]byte{protoIPIP}, trailer(udpPacket(innerA, netip.MustParseAddr("192.168.9.9"), 1, 2, nil), protoIPIP)...))
+	f.Add([]byte{protoIPIP, 0x45, 0, 0, 24, 0, 0, 0x20, 0, 64, 17, 0, 0, 192, 168, 1, 10, 192, 168, 2, 20, 0, 1, 0, 2, 1, 2, 2, 4})
+	f.Add([]byte{protoNoNext, 1, 2, 2, 59})
+	f.Add([]byte{protoIPIP, 0, 0, 0, 0})
+	f.Fuzz(func(t *testing.T, in []byte) {
+		if len(in) == 0 || len(in)%4 != 1 || len(in) > 1500 {
+			return // GCM: ciphertext length a multiple of 4; one MTU
+		}
+		e, _ := dropEngine(t, 64)
+		pool := NewPool(0)
+		var pkts []*Packet
+		seq := uint32(1)
+		add := func(plain []byte) *Packet {
+			p := packetOf(t, pool, ipv4(addrA, addrB, protoESP, sealGCM(spiTest, seq, plain)))
+			seq++
+			pkts = append(pkts, p)
+			return p
+		}
+		plain := append([]byte(nil), in[1:]...)
+		if len(plain) > 0 {
+			plain[len(plain)-1] = in[0]
+		}
+		add(good)
+		add(good)
+		bad := add(plain)
+		add(good)
+		e.Inbound(pkts)
+		for i, p := range pkts {
+			if p == bad {
+				if p.Verdict == VerdictForward {
+					h, ok := parseIP(p.Data())
+					if !ok || h.total != p.Len() || p.Drop != DropNone {
+						t.Fatalf("forwarded a malformed packet %x", p.Data())
+					}
+				} else if p.Drop == DropNone || p.Drop >= NumDropReasons {
+					t.Fatalf("bad packet: %v without a reason", p.Verdict)
+				}
+				continue
+			}
+			if p.Verdict != VerdictForward {
+				t.Fatalf("valid neighbour %d: %v/%v", i, p.Verdict, p.Drop)
+			}
+		}
+	})
+}

@@ -189,14 +189,13 @@ func (e *Engine) flushOut(b *batch, s *sa) {
 	first, ok := s.reserve(len(run))
 	reqs := b.reqs[:0]
 	bytes := 0
-	for i, p := range run {
-		if i >= ok {
-			e.drop(p, s, DropSeqOverflow)
-			continue
-		}
+	for i, p := range run[:ok] {
 		e.setSeq(p, s, first+uint64(i))
 		bytes += p.bytes
 		reqs = append(reqs, &p.req)
+	}
+	for _, p := range run[ok:] {
+		e.drop(p, s, DropSeqOverflow)
 	}
 	if len(reqs) > 0 {
 		s.accountOut(len(reqs), bytes)

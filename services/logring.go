@@ -73,6 +73,7 @@ func (w *lineWriter) Write(p []byte) (int, error) {
 }
 
 func (w *lineWriter) emit(line string) {
+	line = sanitizeLine(line)
 	w.u.ring.add(time.Now().Format("15:04:05.000") + " " + line)
 	w.u.m.log.Debug(line, "service", w.u.name)
 }

@@ -1,6 +1,7 @@
 package services
 
 import (
+	"fmt"
 	"strings"
 	"sync"
 	"time"
@@ -61,6 +62,34 @@ func sanitizeStatus(s string) string {
 		}
 		if b.Len()+utf8.RuneLen(r) > MaxStatusText {
 			break
+		}
+		b.WriteRune(r)
+	}
+	return b.String()
+}
+
+// sanitizeLine makes a line of a service's output safe to keep and print
+// (keelctl status shows it on an operator's terminal): a trailing CR is
+// dropped, other control characters except tab (C0, DEL, C1: terminal
+// escapes) are shown as \xNN, invalid UTF-8 becomes U+FFFD. Clean lines are
+// returned as they are, without allocating.
+func sanitizeLine(s string) string {
+	s = strings.TrimSuffix(s, "\r")
+	clean := true
+	for _, r := range s {
+		if r == utf8.RuneError || (unicode.IsControl(r) && r != '\t') {
+			clean = false
+			break
+		}
+	}
+	if clean {
+		return s
+	}
+	var b strings.Builder
+	for _, r := range strings.ToValidUTF8(s, "\uFFFD") {
+		if unicode.IsControl(r) && r != '\t' {
+			fmt.Fprintf(&b, "\\x%02x", r)
+			continue
 		}
 		b.WriteRune(r)
 	}

@@ -136,9 +136,18 @@ func ParseDefinition(chain *rcconf.Chain, hdr Header, data []byte, exec bool) (*
 		return nil, fmt.Errorf("%w: %w", ErrBadService, err)
 	}
 	d := &Definition{Header: hdr, Name: name, Config: local}
+	// bad names where field was set: the rc.d file, or rc.conf when the
+	// value comes from there; just the rc.d file when it is unset.
 	bad := func(field, format string, args ...any) error {
-		v, _ := local.Lookup(field)
-		return fmt.Errorf("%s:%d: %s: %w: %s", file, v.Line, field, ErrBadService, fmt.Sprintf(format, args...))
+		where := file
+		if v, ok := local.Lookup(field); ok && v.Line > 0 {
+			f := v.File
+			if f == "" {
+				f = file
+			}
+			where = fmt.Sprintf("%s:%d", f, v.Line)
+		}
+		return fmt.Errorf("%s: %s: %w: %s", where, field, ErrBadService, fmt.Sprintf(format, args...))
 	}
 	if !validName(name) {
 		return d, bad("name", "invalid service name %q", name)

@@ -91,7 +91,7 @@ notify=yes
 		{name: "bad-restart", src: "command=/bin/x\nrestart=sometimes\n", wantErr: "svc:2: restart:"},
 		{name: "bad-signal", src: "command=/bin/x\nstop_signal=SIGFOO\n", wantErr: `unknown signal "SIGFOO"`},
 		{name: "bad-timeout", src: "command=/bin/x\nstart_timeout=soon\n", wantErr: "svc:2: start_timeout:"},
-		{name: "no-command", src: "name=x\n", wantErr: "svc:0: command:"},
+		{name: "no-command", src: "name=x\n", wantErr: "svc: command:"},
 		{name: "notify-oneshot", src: "type=oneshot\ncommand=/bin/x\nnotify=yes\n", wantErr: "notify=yes needs type=daemon"},
 		{name: "bad-name", src: "name='a b'\ncommand=/bin/x\n", wantErr: "invalid service name"},
 		{name: "argv-expansion", src: "command=/bin/x\ncommand_args='$HOME'\n", wantErr: "expansions are not allowed"},

@@ -146,3 +146,75 @@ func TestSanitizeStatus(t *testing.T) {
 		}
 	}
 }
+
+// TestBadConfigNamesWhere: a bad rc.conf or rc.d value is reported with
+// the file and line that set it (rc.conf when the value comes from there,
+// not the rc.d file that uses it) and the field, never with a made-up
+// position, and a broken rc.conf fails the load as a whole.
+func TestBadConfigNamesWhere(t *testing.T) {
+	a := svc("a", "", "name=a\ncommand=/bin/true\n")
+	tests := []struct {
+		name    string
+		files   tree
+		loadErr string // error of LoadCatalog, or "" and defErr for a
+		defErr  string
+	}{
+		{"rc.conf syntax", tree{"etc/rc.conf": "x=1\nfoo=\"unterminated\n", "etc/rc.d/a": a}, "etc/rc.conf:2:5: ", ""},
+		{"rc.conf command substitution", tree{"etc/rc.conf": "x=1\nfoo=$(reboot)\n", "etc/rc.d/a": a}, "etc/rc.conf:2:5: command substitution is not allowed", ""},
+		{"rc.d field", tree{"etc/rc.d/a": svc("a", "", "name=a\ntype=weird\ncommand=/bin/true\n")}, "", "etc/rc.d/a:4: type: "},
+		{"rc.d value from rc.conf", tree{"etc/rc.conf": "x=1\ny=2\ntype=weird\n", "etc/rc.d/a": a}, "", "etc/rc.conf:3: type: "},
+		{"rc.d missing field", tree{"etc/rc.d/a": svc("a", "", "name=a\n")}, "", "etc/rc.d/a: command: "},
+		{"rc.d bad duration", tree{"etc/rc.d/a": svc("a", "", "name=a\ncommand=/bin/true\nstart_timeout=forever\n")}, "", "etc/rc.d/a:5: start_timeout: "},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			root := writeRoot(t, tt.files)
+			cat, err := LoadCatalog(os.DirFS(root), nil)
+			if tt.loadErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.loadErr) || cat != nil {
+					t.Fatalf("LoadCatalog = %v, %v; want no catalog and an error containing %q", cat != nil, err, tt.loadErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, d := range cat.Defs {
+				if d.Name != "a" {
+					continue
+				}
+				if d.Err == nil || !strings.HasPrefix(d.Err.Error(), tt.defErr) {
+					t.Errorf("a: %v, want prefix %q", d.Err, tt.defErr)
+				}
+				return
+			}
+			t.Fatal("no definition for a")
+		})
+	}
+}
+
+// TestServiceOutputSanitized: what a service prints reaches the log ring
+// (and so keelctl status on an operator's terminal) without terminal
+// escapes or control characters; clean lines pass unchanged and without
+// allocating.
+func TestServiceOutputSanitized(t *testing.T) {
+	m := &Manager{log: slog.New(&countingHandler{})}
+	u := &unit{m: m, name: "svc"}
+	w := &lineWriter{u: u}
+	_, _ = w.Write([]byte("plain line\nwin line\r\n\x1b]0;owned\x07\x1b[2Jcleared\n\tindented\xff\xc2\x9b1m\n"))
+	want := []string{"plain line", "win line", `\x1b]0;owned\x07\x1b[2Jcleared`, "\tindented\uFFFD\\x9b1m"}
+	got := u.ring.last(0)
+	if len(got) != len(want) {
+		t.Fatalf("ring %q, want %d lines", got, len(want))
+	}
+	for i := range want {
+		// Ring lines are "hh:mm:ss.mmm " + line.
+		if line := got[i][13:]; line != want[i] {
+			t.Errorf("line %d = %q, want %q", i, line, want[i])
+		}
+	}
+	clean := "a perfectly ordinary line\twith a tab and ünïcode"
+	if n := testing.AllocsPerRun(100, func() { _ = sanitizeLine(clean) }); n != 0 || sanitizeLine(clean) != clean {
+		t.Errorf("clean line: %v allocs, %q", n, sanitizeLine(clean))
+	}
+}

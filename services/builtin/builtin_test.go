@@ -1,51 +1,23 @@
 package builtin
 
 import (
-	"context"
-	"io"
-	"io/fs"
-	"log/slog"
-	"net"
-	"path/filepath"
 	"strings"
 	"testing"
 	"testing/fstest"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-
 	_ "github.com/keelinit/keel/crypto/aesni"
 	_ "github.com/keelinit/keel/crypto/cryptosoft"
-	"github.com/keelinit/keel/etc"
 	"github.com/keelinit/keel/ipsec"
 	"github.com/keelinit/keel/modules"
 	"github.com/keelinit/keel/services"
-	"github.com/keelinit/keel/services/api"
 )
 
-// appliance returns the embedded default appliance with rc.conf.local
-// overrides.
-func appliance(t *testing.T, local string) fstest.MapFS {
-	t.Helper()
-	out := fstest.MapFS{}
-	err := fs.WalkDir(etc.Root(), "etc", func(p string, d fs.DirEntry, err error) error {
-		if err != nil || d.IsDir() {
-			return err
-		}
-		b, err := fs.ReadFile(etc.Root(), p)
-		out[p] = &fstest.MapFile{Data: b}
-		return err
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	out["etc/rc.conf.local"] = &fstest.MapFile{Data: []byte(local)}
-	return out
-}
-
-func hasModule(name string) bool {
-	for _, m := range modules.Registered() {
-		if m.Name == name {
+// hasMetric reports whether got (from gather) has a sample of the metric
+// name.
+func hasMetric(got map[string]float64, name string) bool {
+	for key := range got {
+		if n, _, _ := strings.Cut(key, ","); n == name {
 			return true
 		}
 	}
@@ -56,45 +28,18 @@ func TestApplianceBuiltins(t *testing.T) {
 	if !hasModule("aesni") {
 		t.Skip("aesni not registered on this CPU")
 	}
-	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	sys := New(Options{CalibrationBudget: 5 * time.Millisecond, Logger: log})
-	rt := t.TempDir()
-	root := appliance(t, "kld_list=\"cryptosoft aesni\"\nsyslogd_enable=NO\npktgen_rate=500\n")
-	m, err := services.New(services.Options{
-		Root: root, RuntimeDir: rt, Logger: log,
-		Seed:     map[string]string{"keel_runtime_dir": rt, "keel_self": "/bin/false"},
-		Builtins: sys.Builtins(), LoadModules: sys.LoadModules,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx := context.Background()
-	defer sys.Close(ctx)
-	defer m.Shutdown(ctx)
+	b := newTestbed(t, "kld_list=\"cryptosoft aesni\"\nsyslogd_enable=NO\npktgen_rate=500\n", 5*time.Millisecond, nil)
+	sys, m, root, ctx := b.sys, b.m, b.root, b.ctx
 	if err := m.Boot(ctx); err != nil {
 		t.Fatal(err)
 	}
-	for _, s := range m.Status() {
-		if !s.State.Active() && s.State != services.StateDisabled {
-			t.Errorf("%s: %s %s", s.Name, s.State, s.Reason)
-		}
-	}
+	b.checkActive("boot")
 	// The control API endpoints of the builtins.
-	srv := api.NewServer(m, api.Options{Group: -1, Logger: log})
-	sys.Mount(srv)
-	sock := filepath.Join(rt, "c.sock")
-	l, err := net.Listen("unix", sock)
-	if err != nil {
-		t.Fatal(err)
-	}
-	go srv.Serve(l)
-	defer srv.Close(ctx)
-	c := api.NewClient(sock)
+	c := b.serve()
 	waitSAs := func(provider string) IPsec {
 		t.Helper()
 		var v IPsec
-		deadline := time.Now().Add(10 * time.Second)
-		for time.Now().Before(deadline) {
+		if !poll(10*time.Second, func() bool {
 			v = IPsec{}
 			if err := c.Get(ctx, "/v1/ipsec/sa", nil, &v); err != nil {
 				t.Fatal(err)
@@ -103,12 +48,10 @@ func TestApplianceBuiltins(t *testing.T) {
 			for _, sa := range v.SAs {
 				ok = ok && sa.Provider == provider && sa.OutPackets+sa.InPackets > 0
 			}
-			if ok {
-				return v
-			}
-			time.Sleep(50 * time.Millisecond)
+			return ok
+		}) {
+			t.Fatalf("SAs not all on %s with traffic: %+v", provider, v.SAs)
 		}
-		t.Fatalf("SAs not all on %s with traffic: %+v", provider, v.SAs)
 		return v
 	}
 	before := waitSAs("aesni")
@@ -183,41 +126,20 @@ func TestApplianceBuiltins(t *testing.T) {
 	if err := m.Restart(ctx, "cryptodev"); err != nil {
 		t.Fatal(err)
 	}
-	for _, s := range m.Status() {
-		if !s.State.Active() && s.State != services.StateDisabled {
-			t.Errorf("after restart: %s %s %s", s.Name, s.State, s.Reason)
-		}
-	}
+	b.checkActive("after restart")
 	var v2 IPsec
-	deadline := time.Now().Add(10 * time.Second)
-	for time.Now().Before(deadline) {
+	if !poll(10*time.Second, func() bool {
 		v2 = IPsec{}
 		_ = c.Get(ctx, "/v1/ipsec/sa", nil, &v2)
-		if len(v2.SAs) == 2 && v2.SAs[0].Provider == "aesni" && v2.SAs[0].OutPackets > 0 && v2.SAs[1].InPackets > 0 {
-			break
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	if len(v2.SAs) != 2 || v2.SAs[0].Provider != "aesni" || v2.SAs[0].OutPackets == 0 {
+		return len(v2.SAs) == 2 && v2.SAs[0].Provider == "aesni" && v2.SAs[0].OutPackets > 0 && v2.SAs[1].InPackets > 0
+	}) {
 		t.Errorf("after cryptodev restart: %+v", v2.SAs)
 	}
 	// Prometheus metrics.
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(services.NewCollector(m))
-	for _, col := range sys.Collectors() {
-		reg.MustRegister(col)
-	}
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	names := map[string]bool{}
-	for _, mf := range mfs {
-		names[mf.GetName()] = true
-	}
+	metrics := gather(t, append(sys.Collectors(), services.NewCollector(m))...)
 	for _, want := range []string{"keel_service_state", "keel_boot_duration_seconds", "keel_crypto_provider_state",
 		"keel_crypto_provider_calibrated_bytes_per_second", "keel_ipsec_sa_packets_total", "keel_ipsec_sa_bytes_total", "keel_ipsec_sa_rebinds_total"} {
-		if !names[want] {
+		if !hasMetric(metrics, want) {
 			t.Errorf("metric %s missing", want)
 		}
 	}
@@ -231,61 +153,29 @@ func TestApplianceBuiltins(t *testing.T) {
 }
 
 func TestCryptodevFailureBlocksDependents(t *testing.T) {
-	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	sys := New(Options{CalibrationBudget: 2 * time.Millisecond, Logger: log})
-	rt := t.TempDir()
-	m, err := services.New(services.Options{
-		Root:       appliance(t, "cryptodev_modules=\"cryptosoft nosuchprovider\"\nsyslogd_enable=NO\n"),
-		RuntimeDir: rt, Logger: log, Seed: map[string]string{"keel_runtime_dir": rt},
-		Builtins: sys.Builtins(), LoadModules: sys.LoadModules,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx := context.Background()
-	defer sys.Close(ctx)
-	defer m.Shutdown(ctx)
-	if err := m.Boot(ctx); err == nil || !strings.Contains(err.Error(), "cryptodev") {
+	b := newTestbed(t, "cryptodev_modules=\"cryptosoft nosuchprovider\"\nsyslogd_enable=NO\n", 2*time.Millisecond, nil)
+	if err := b.m.Boot(b.ctx); err == nil || !strings.Contains(err.Error(), "cryptodev") {
 		t.Fatalf("boot: %v", err)
 	}
-	st := map[string]services.Status{}
-	for _, s := range m.Status() {
-		st[s.Name] = s
-	}
-	if s := st["cryptodev"]; s.State != services.StateFailed || !strings.Contains(s.Reason, "nosuchprovider") {
+	if s := b.status("cryptodev"); s.State != services.StateFailed || !strings.Contains(s.Reason, "nosuchprovider") {
 		t.Errorf("cryptodev: %+v", s)
 	}
 	for _, n := range []string{"kld", "ipsec", "pktgen"} {
-		if s := st[n]; s.State != services.StateBlocked || s.Reason != "blocked by cryptodev" {
+		if s := b.status(n); s.State != services.StateBlocked || s.Reason != "blocked by cryptodev" {
 			t.Errorf("%s: %+v", n, s)
 		}
 	}
-	if sys.Framework() != nil || sys.Loader().IsLoaded("cryptosoft") {
+	if b.sys.Framework() != nil || b.sys.Loader().IsLoaded("cryptosoft") {
 		t.Error("failed cryptodev left its framework or modules behind")
 	}
 }
 
 func TestKldSkipsModulesThatFail(t *testing.T) {
-	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	sys := New(Options{CalibrationBudget: 2 * time.Millisecond, Logger: log})
-	rt := t.TempDir()
-	m, err := services.New(services.Options{
-		Root:       appliance(t, "kld_list=\"nosuchmodule cryptosoft\"\nsyslogd_enable=NO\npktgen_enable=NO\n"),
-		RuntimeDir: rt, Logger: log, Seed: map[string]string{"keel_runtime_dir": rt},
-		Builtins: sys.Builtins(), LoadModules: sys.LoadModules,
-	})
-	if err != nil {
+	b := newTestbed(t, "kld_list=\"nosuchmodule cryptosoft\"\nsyslogd_enable=NO\npktgen_enable=NO\n", 2*time.Millisecond, nil)
+	if err := b.m.Boot(b.ctx); err != nil {
 		t.Fatal(err)
 	}
-	ctx := context.Background()
-	defer sys.Close(ctx)
-	defer m.Shutdown(ctx)
-	if err := m.Boot(ctx); err != nil {
-		t.Fatal(err)
-	}
-	for _, s := range m.Status() {
-		if s.Name == "kld" && (s.State != services.StateRunning || !strings.Contains(s.StatusText, "FAILED: nosuchmodule")) {
-			t.Errorf("kld: %+v", s)
-		}
+	if s := b.status("kld"); s.State != services.StateRunning || !strings.Contains(s.StatusText, "FAILED: nosuchmodule") {
+		t.Errorf("kld: %+v", s)
 	}
 }

@@ -3,11 +3,9 @@ package builtin
 import (
 	"context"
 	"errors"
-	"io"
-	"log/slog"
-	"net"
+	"io/fs"
 	"net/netip"
-	"path/filepath"
+	"reflect"
 	"slices"
 	"strings"
 	"sync"
@@ -15,15 +13,14 @@ import (
 	"testing/fstest"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-
+	"github.com/keelinit/keel/etc"
 	"github.com/keelinit/keel/ipsec"
 	"github.com/keelinit/keel/ipsec/dataplane"
 	"github.com/keelinit/keel/ipsec/spd"
 	"github.com/keelinit/keel/netio"
 	"github.com/keelinit/keel/netio/netiotest"
 	"github.com/keelinit/keel/services"
-	"github.com/keelinit/keel/services/api"
+	"github.com/keelinit/keel/services/rcconf"
 )
 
 // fakeGateways replaces dataplane.Start with gateways on the in-memory
@@ -99,50 +96,20 @@ const gwLocal = "syslogd_enable=NO\npktgen_enable=NO\nkld_list=\"\"\nipsec_tun=k
 // new policies' routes, a changed gateway variable restarts it, a bad one is
 // refused with the running gateway kept, an unset ipsec_tun stops it.
 func TestIPsecGateway(t *testing.T) {
-	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	sys := New(Options{CalibrationBudget: 2 * time.Millisecond, Logger: log})
 	fake := &fakeGateways{}
-	sys.ips.startGW, sys.ips.setRoutes = fake.start, fake.setRoutes
-	rt := t.TempDir()
-	root := appliance(t, gwLocal)
-	m, err := services.New(services.Options{
-		Root: root, RuntimeDir: rt, Logger: log, Seed: map[string]string{"keel_runtime_dir": rt},
-		Builtins: sys.Builtins(), LoadModules: sys.LoadModules,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx := context.Background()
-	defer sys.Close(ctx)
-	defer m.Shutdown(ctx)
+	b := newTestbed(t, gwLocal, 2*time.Millisecond, fake)
+	sys, m, root, ctx := b.sys, b.m, b.root, b.ctx
 	if err := m.Boot(ctx); err != nil {
 		t.Fatal(err)
 	}
-	ipsecStatus := func() services.Status {
-		for _, s := range m.Status() {
-			if s.Name == "ipsec" {
-				return s
-			}
-		}
-		t.Fatal("no ipsec service")
-		return services.Status{}
-	}
+	ipsecStatus := func() services.Status { return b.status("ipsec") }
 	if st := ipsecStatus(); st.State != services.StateRunning || !strings.Contains(st.StatusText, "tun keel0 udp 192.0.2.1->192.0.2.2") {
 		t.Fatalf("ipsec: %+v", st)
 	}
 	if fake.count() != 1 || sys.Gateway() == nil {
 		t.Fatalf("%d gateways started", fake.count())
 	}
-	srv := api.NewServer(m, api.Options{Group: -1, Logger: log})
-	sys.Mount(srv)
-	sock := filepath.Join(rt, "c.sock")
-	l, err := net.Listen("unix", sock)
-	if err != nil {
-		t.Fatal(err)
-	}
-	go srv.Serve(l)
-	defer srv.Close(ctx)
-	c := api.NewClient(sock)
+	c := b.serve()
 
 	// Traffic: one packet for the first policy is encrypted and sent, one
 	// for no policy is dropped and counted.
@@ -151,17 +118,14 @@ func TestIPsecGateway(t *testing.T) {
 	tun.Outbound <- innerPacket(pol.Sel, 1000)
 	tun.Outbound <- innerPacket(spd.Selector{Src: pol.Sel.Src, Dst: netip.MustParsePrefix("10.9.0.0/24")}, 1000)
 	var v IPsec
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+	if !poll(10*time.Second, func() bool {
 		v = IPsec{}
 		if err := c.Get(ctx, "/v1/ipsec/if", nil, &v); err != nil {
 			t.Fatal(err)
 		}
-		if len(v.Interfaces) == 1 && v.Interfaces[0].Out.Packets == 1 && v.Interfaces[0].Out.Drops["no-policy"] == 1 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("/v1/ipsec/if: %+v", v)
-		}
+		return len(v.Interfaces) == 1 && v.Interfaces[0].Out.Packets == 1 && v.Interfaces[0].Out.Drops["no-policy"] == 1
+	}) {
+		t.Fatalf("/v1/ipsec/if: %+v", v)
 	}
 	if i := v.Interfaces[0]; i.Name != "keel0" || i.Encap != "udp" || i.Local != "192.0.2.1" || i.Peer != "192.0.2.2" ||
 		i.Out.ReadPackets != 2 || i.Out.DropTotal != 1 || i.Out.Bytes == 0 || len(v.SAs) != 0 || len(v.Policies) != 0 {
@@ -171,24 +135,7 @@ func TestIPsecGateway(t *testing.T) {
 	if err := c.Get(ctx, "/v1/ipsec", nil, &all); err != nil || len(all.Interfaces) != 1 || len(all.SAs) != 4 || len(all.Policies) != 4 {
 		t.Errorf("/v1/ipsec: %+v %v", all, err)
 	}
-	reg := prometheus.NewRegistry()
-	for _, col := range sys.Collectors() {
-		reg.MustRegister(col)
-	}
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	got := map[string]float64{}
-	for _, mf := range mfs {
-		for _, mt := range mf.GetMetric() {
-			key := mf.GetName()
-			for _, lp := range mt.GetLabel() {
-				key += "," + lp.GetName() + "=" + lp.GetValue()
-			}
-			got[key] = mt.GetCounter().GetValue() + mt.GetGauge().GetValue()
-		}
-	}
+	got := gather(t, sys.Collectors()...)
 	for key, want := range map[string]float64{
 		"keel_ipsec_if_packets_total,dir=out,if=keel0":                  1,
 		"keel_ipsec_if_read_packets_total,dir=out,if=keel0":             2,
@@ -247,7 +194,10 @@ func TestIPsecGateway(t *testing.T) {
 		n := fake.count()
 		root["etc/rc.conf.local"] = &fstest.MapFile{Data: []byte(st.local)}
 		root["etc/ipsec.conf"] = &fstest.MapFile{Data: []byte(st.conf)}
-		var res services.ReloadResult
+		var (
+			res services.ReloadResult
+			err error
+		)
 		if st.service {
 			err = m.ReloadService(ctx, "ipsec")
 			res.Reloaded = []string{"ipsec"}
@@ -313,33 +263,54 @@ func TestIPsecGatewayStartFailures(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			log := slog.New(slog.NewTextHandler(io.Discard, nil))
-			sys := New(Options{CalibrationBudget: 2 * time.Millisecond, Logger: log})
-			fake := &fakeGateways{fail: c.fail}
-			sys.ips.startGW, sys.ips.setRoutes = fake.start, fake.setRoutes
-			rt := t.TempDir()
-			m, err := services.New(services.Options{
-				Root:       appliance(t, "syslogd_enable=NO\npktgen_enable=NO\nkld_list=\"\"\n"+c.local),
-				RuntimeDir: rt, Logger: log, Seed: map[string]string{"keel_runtime_dir": rt},
-				Builtins: sys.Builtins(), LoadModules: sys.LoadModules,
-			})
-			if err != nil {
-				t.Fatal(err)
-			}
-			ctx := context.Background()
-			defer sys.Close(ctx)
-			defer m.Shutdown(ctx)
-			if err := m.Boot(ctx); err == nil {
+			b := newTestbed(t, "syslogd_enable=NO\npktgen_enable=NO\nkld_list=\"\"\n"+c.local, 2*time.Millisecond, &fakeGateways{fail: c.fail})
+			if err := b.m.Boot(b.ctx); err == nil {
 				t.Fatal("boot succeeded")
 			}
-			for _, s := range m.Status() {
-				if s.Name == "ipsec" && (s.State != services.StateFailed || !strings.Contains(s.Reason, c.want)) {
-					t.Errorf("ipsec: %s %q, want failed naming %q", s.State, s.Reason, c.want)
-				}
+			if s := b.status("ipsec"); s.State != services.StateFailed || !strings.Contains(s.Reason, c.want) {
+				t.Errorf("ipsec: %s %q, want failed naming %q", s.State, s.Reason, c.want)
 			}
-			if sys.Engine() != nil || sys.Gateway() != nil {
+			if b.sys.Engine() != nil || b.sys.Gateway() != nil {
 				t.Error("failed start left an engine or gateway")
 			}
 		})
+	}
+}
+
+// TestDefaultsGatewayVars: etc/defaults/rc.conf sets every gateway
+// variable the ipsec service reads, each with a comment, to values that
+// mean the dataplane's defaults: with only ipsec_tun and ipsec_local set,
+// the gateway runs ESP in UDP with UDP GSO, the default MTU and port and
+// the policies' routes.
+func TestDefaultsGatewayVars(t *testing.T) {
+	data, err := fs.ReadFile(etc.Root(), "etc/defaults/rc.conf")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, v := range dataplaneVars {
+		found := false
+		for i, line := range strings.Split(string(data), "\n") {
+			if strings.HasPrefix(line, v+"=") {
+				found = true
+				if !strings.Contains(line, "\t# ") {
+					t.Errorf("etc/defaults/rc.conf:%d: %s has no comment", i+1, v)
+				}
+			}
+		}
+		if !found {
+			t.Errorf("etc/defaults/rc.conf does not set %s", v)
+		}
+	}
+	ch, err := rcconf.Load(appliance(t, "ipsec_tun=keel0\nipsec_local=192.0.2.1\n"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := dataplane.ConfigFromRC(ch.Global().Get)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := dataplane.Config{TUN: "keel0", Local: netip.MustParseAddr("192.0.2.1"), Encap: dataplane.EncapUDP}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("defaults give %+v, want %+v", got, want)
 	}
 }

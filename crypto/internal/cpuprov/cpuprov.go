@@ -155,6 +155,9 @@ func (p *provider) NewSession(sp crypto.SessionParams, done crypto.CompletionFun
 		}
 	}
 	if err != nil {
+		wipe(s.aead)
+		wipe(s.block)
+		clear(s.nonce[:])
 		// The error comes from a constructor given only a key length;
 		// it does not contain key material.
 		return nil, fmt.Errorf("%s: new session %v: %w", p.info.Name, sp.Alg, err)
@@ -243,7 +246,8 @@ func (s *session) Submit(reqs []*crypto.Request) int {
 }
 
 // Close waits for Submit calls in progress to deliver their completions,
-// then drops the cipher and HMAC states and zeroes the salt. The stdlib
+// then wipes the primitives that can wipe themselves (cryptosoft's expanded
+// keys), drops the cipher and HMAC states and zeroes the salt. The stdlib
 // keeps its own expanded key schedules, which become garbage here and
 // cannot be zeroed from outside. Close is idempotent.
 func (s *session) Close(ctx context.Context) error {
@@ -259,9 +263,22 @@ func (s *session) Close(ctx context.Context) error {
 	clear(s.nonce[:])
 	clear(s.sum[:])
 	clear(s.scratch[:cap(s.scratch)])
+	wipe(s.aead)
+	wipe(s.block)
 	s.aead, s.block, s.cbc, s.enc, s.dec, s.mac, s.scratch = nil, nil, nil, nil, nil, nil, nil
 	s.mu.Unlock()
 	return nil
+}
+
+// wiper is implemented by primitives that can zero their own expanded key
+// schedules (cryptosoft's); the stdlib's cannot be reached.
+type wiper interface{ Wipe() }
+
+// wipe zeroes x's key material when x supports it.
+func wipe(x any) {
+	if w, ok := x.(wiper); ok {
+		w.Wipe()
+	}
 }
 
 func fail(r *crypto.Request, err error) {
