@@ -382,22 +382,33 @@ func (p *Provider) enqueueLocked(op *devOp) {
 		return
 	}
 	if p.flen == 0 && !p.devBusy && op.err == nil {
-		p.startLocked(op)
+		if !p.startLocked(op) {
+			p.deviceFailedLocked(errVanished)
+		}
 		return
 	}
 	p.fifo[(p.fhead+p.flen)%len(p.fifo)] = op
 	p.flen++
 }
 
-func (p *Provider) startLocked(op *devOp) {
+// startLocked hands op to the device. When the device refuses (it has
+// vanished), op goes back to the head of the FIFO and startLocked reports
+// false: the caller must call deviceFailedLocked once every request
+// accepted before op has been passed to completion, so that completions
+// stay in submission order.
+func (p *Provider) startLocked(op *devOp) bool {
 	if err := p.dev.start(op); err != nil {
-		op.err = fmt.Errorf("glxsb: start: %w", err)
-		p.pushDoneLocked(op)
-		p.deviceFailedLocked(fmt.Errorf("glxsb: %w", crypto.ErrDeviceGone))
-		return
+		p.fhead = (p.fhead - 1 + len(p.fifo)) % len(p.fifo)
+		p.fifo[p.fhead] = op
+		p.flen++
+		return false
 	}
 	p.slotOp, p.devBusy, p.slotStart = op, true, time.Now()
+	return true
 }
+
+// errVanished is the fault reported when the device refuses an operation.
+var errVanished = fmt.Errorf("glxsb: device refused an operation: %w", crypto.ErrDeviceGone)
 
 // startNextLocked feeds the slot from the FIFO, passing failed requests
 // straight to completion.
@@ -414,7 +425,10 @@ func (p *Provider) startNextLocked() {
 			p.pushDoneLocked(op)
 			continue
 		}
-		p.startLocked(op)
+		if !p.startLocked(op) {
+			p.deviceFailedLocked(errVanished) // drains the FIFO, op first
+			return
+		}
 	}
 }
 
@@ -444,15 +458,21 @@ func (p *Provider) intr(op *devOp) {
 	// Refill the slot before waking the completion goroutine (which may
 	// cost a thread wake-up), when the next request is startable; failed
 	// requests behind op are passed on after it, keeping the order.
+	refused := false
 	if !p.opts.Blocking && p.dead == nil && p.flen > 0 && p.fifo[p.fhead].err == nil {
 		next := p.fifo[p.fhead]
 		p.fifo[p.fhead] = nil
 		p.fhead = (p.fhead + 1) % len(p.fifo)
 		p.flen--
-		p.startLocked(next)
+		if !p.startLocked(next) {
+			refused = true
+		}
 	}
 	if live {
 		p.pushDoneLocked(op)
+	}
+	if refused {
+		p.deviceFailedLocked(errVanished)
 	}
 	if !p.opts.Blocking && p.dead == nil {
 		p.startNextLocked()

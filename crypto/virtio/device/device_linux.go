@@ -124,6 +124,17 @@ func Serve(sock *os.File) error {
 		closeFDs(fds)
 		return fmt.Errorf("setup: %d descriptors, want %d", len(fds), want)
 	}
+	// A region file shorter than the layout would map pages that fault
+	// (SIGBUS) when a queue touches them: refuse it up front.
+	var st unix.Stat_t
+	if err := unix.Fstat(fds[0], &st); err != nil {
+		closeFDs(fds)
+		return fmt.Errorf("setup: fstat region: %w", err)
+	}
+	if st.Size < int64(reg.Size) {
+		closeFDs(fds)
+		return fmt.Errorf("setup: region file of %d bytes, the layout needs %d", st.Size, reg.Size)
+	}
 	mem, err := unix.Mmap(fds[0], 0, reg.Size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
 	unix.Close(fds[0])
 	if err != nil {

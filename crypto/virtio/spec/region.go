@@ -2,8 +2,10 @@ package spec
 
 import (
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"io"
+	"math"
 
 	"github.com/keelinit/keel/crypto/virtio/ring"
 )
@@ -58,7 +60,39 @@ type Region struct {
 	Size   int
 }
 
-// Layout computes the region for c. It fails for out-of-range values.
+// MaxRegionSize caps the shared region: Layout refuses a Config whose
+// region would be larger, with an error wrapping ErrRegionTooLarge. The
+// device maps the whole region, so the cap bounds what a setup message can
+// make it map (the unchecked limits alone allow 16 queues of 16384 slots
+// of 2 MiB, about 512 GiB).
+//
+// Derivation: the largest configuration Keel's data path can use has 16
+// data queues (the maximum), 256 requests in flight per queue (QueueSize
+// 512, twice the default) and 64 KiB payloads (MaxData 65536: an IP
+// datagram is at most 65535 bytes), plus a control queue of 32768
+// descriptors (the ring maximum); that region is 523 MiB (514 MiB of data
+// slots, 16*256 of 2*65792 bytes; 8 MiB of control slots, 16384 of 512
+// bytes; and the rings). The cap is the next power of two, 1 GiB, which
+// also admits e.g. 16 queues of 2048 descriptors at the default 16 KiB
+// MaxData (521 MiB). The defaults need 8.2 MiB.
+const MaxRegionSize = 1 << 30
+
+// ErrRegionTooLarge is wrapped by Layout's error for a Config whose
+// region exceeds MaxRegionSize.
+var ErrRegionTooLarge = errors.New("virtio-crypto: shared region too large")
+
+// dataSlotSize is the size of one data slot (both halves) for maxData.
+func dataSlotSize(maxData int) int {
+	half := (OpReqLen + maxIV + MaxAAD + maxIV + maxData + MaxTrailer + maxHash + 63) &^ 63
+	return 2 * half
+}
+
+// Layout computes the region for c. It fails for out-of-range values and,
+// with an error wrapping ErrRegionTooLarge, for a region larger than
+// MaxRegionSize. In a region it returns, the queues are laid out in order
+// without overlapping (each queue's slots follow its ring), every part
+// ends within Size, and Size is a multiple of 4096 at most MaxRegionSize.
+// MaxSessions is not checked. Layout is a pure function of c.
 func (c Config) Layout() (Region, error) {
 	if c.DataQueues < 1 || c.DataQueues > 16 {
 		return Region{}, fmt.Errorf("virtio-crypto: config: %d data queues, want 1..16", c.DataQueues)
@@ -66,29 +100,45 @@ func (c Config) Layout() (Region, error) {
 	if c.MaxData < 64 || c.MaxData > 1<<20 {
 		return Region{}, fmt.Errorf("virtio-crypto: config: max data %d, want 64..1048576", c.MaxData)
 	}
+	// The slots alone must fit under the cap; checking them first, in
+	// 64-bit arithmetic, keeps the offsets below from overflowing an int
+	// on 32-bit platforms.
+	dataSlot := dataSlotSize(c.MaxData)
+	slotBytes := uint64(c.DataQueues)*uint64(c.QueueSize/2)*uint64(dataSlot) + uint64(c.CtrlQueueSize/2)*ctrlSlot
+	if slotBytes > MaxRegionSize {
+		return Region{}, c.tooLarge(slotBytes)
+	}
 	r := Region{Cfg: c}
 	off := 0
-	add := func(size uint16, slotSize int) error {
+	add := func(name string, size uint16, slotSize int) error {
 		l, err := ring.LayoutAt(off, size)
 		if err != nil {
-			return fmt.Errorf("virtio-crypto: config: %w", err)
+			return fmt.Errorf("virtio-crypto: config: %s: %w", name, err)
 		}
 		q := QueueRegion{Ring: l, SlotBase: (l.End + 63) &^ 63, SlotSize: slotSize, Slots: int(size) / 2}
 		r.Queues = append(r.Queues, q)
 		off = q.SlotBase + q.Slots*q.SlotSize
 		return nil
 	}
-	half := (OpReqLen + maxIV + MaxAAD + maxIV + c.MaxData + MaxTrailer + maxHash + 63) &^ 63
 	for range c.DataQueues {
-		if err := add(c.QueueSize, 2*half); err != nil {
+		if err := add("data queue", c.QueueSize, dataSlot); err != nil {
 			return Region{}, err
 		}
 	}
-	if err := add(c.CtrlQueueSize, ctrlSlot); err != nil {
+	if err := add("control queue", c.CtrlQueueSize, ctrlSlot); err != nil {
 		return Region{}, err
 	}
 	r.Size = (off + 4095) &^ 4095
+	if r.Size > MaxRegionSize {
+		return Region{}, c.tooLarge(uint64(r.Size))
+	}
 	return r, nil
+}
+
+// tooLarge is Layout's error for a region of (at least) size bytes.
+func (c Config) tooLarge(size uint64) error {
+	return fmt.Errorf("virtio-crypto: config: %d data queues of %d descriptors, %d control descriptors and max data %d need a region of at least %d bytes, above the %d-byte cap: %w",
+		c.DataQueues, c.QueueSize, c.CtrlQueueSize, c.MaxData, size, MaxRegionSize, ErrRegionTooLarge)
 }
 
 // CtrlSlotSize is the size of a control slot (both halves).
@@ -140,18 +190,45 @@ func EncodeSetup(c Config) []byte {
 	return b
 }
 
-// DecodeSetup decodes a setup message.
+// DecodeSetup decodes and validates a setup message as written by
+// EncodeSetup (bytes after the 24th are ignored). The message comes from
+// another process and is untrusted: DecodeSetup fails, naming the field,
+// for a short message, a wrong type or magic, a MaxSessions above
+// math.MaxInt32, or a Config that Layout refuses (out-of-range values or a
+// region above MaxRegionSize). A Config it returns has a valid Layout.
 func DecodeSetup(b []byte) (Config, error) {
-	if len(b) < 24 || binary.LittleEndian.Uint32(b[0:]) != MsgSetup || binary.LittleEndian.Uint32(b[4:]) != Magic {
-		return Config{}, fmt.Errorf("virtio-crypto: bad setup message (%d bytes)", len(b))
+	switch {
+	case len(b) < 24:
+		return Config{}, fmt.Errorf("virtio-crypto: bad setup message: %d bytes, want 24", len(b))
+	case binary.LittleEndian.Uint32(b[0:]) != MsgSetup:
+		return Config{}, fmt.Errorf("virtio-crypto: bad setup message: type %d, want %d", binary.LittleEndian.Uint32(b[0:]), MsgSetup)
+	case binary.LittleEndian.Uint32(b[4:]) != Magic:
+		return Config{}, fmt.Errorf("virtio-crypto: bad setup message: magic %#x, want %#x", binary.LittleEndian.Uint32(b[4:]), Magic)
 	}
-	return Config{
-		DataQueues:    int(binary.LittleEndian.Uint32(b[8:])),
+	// Values that do not fit an int on a 32-bit platform are out of range
+	// anyway: clamp them to -1 so that Layout (or the check below) refuses
+	// them instead of seeing a wrapped value.
+	field := func(off int) int {
+		v := binary.LittleEndian.Uint32(b[off:])
+		if v > math.MaxInt32 {
+			return -1
+		}
+		return int(v)
+	}
+	c := Config{
+		DataQueues:    field(8),
 		QueueSize:     binary.LittleEndian.Uint16(b[12:]),
 		CtrlQueueSize: binary.LittleEndian.Uint16(b[14:]),
-		MaxData:       int(binary.LittleEndian.Uint32(b[16:])),
-		MaxSessions:   int(binary.LittleEndian.Uint32(b[20:])),
-	}, nil
+		MaxData:       field(16),
+		MaxSessions:   field(20),
+	}
+	if c.MaxSessions < 0 {
+		return Config{}, fmt.Errorf("virtio-crypto: bad setup message: max sessions %d, want 0..%d", binary.LittleEndian.Uint32(b[20:]), math.MaxInt32)
+	}
+	if _, err := c.Layout(); err != nil {
+		return Config{}, fmt.Errorf("virtio-crypto: bad setup message: %w", err)
+	}
+	return c, nil
 }
 
 // EncodeStats encodes a stats reply.
