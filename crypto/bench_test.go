@@ -6,6 +6,7 @@ import (
 	"crypto/cipher"
 	"crypto/sha256"
 	"encoding/binary"
+	"fmt"
 	"slices"
 	"sync"
 	"testing"
@@ -235,6 +236,108 @@ func BenchmarkSessionCreateCloseScaling(b *testing.B) {
 		if c1, c2 := median(cpu1[name]), median(cpu2[name]); c1 > 0 {
 			b.ReportMetric(float64(c1.Nanoseconds())/perRound, name+"-cpu-ns/op-1g")
 			b.ReportMetric(float64(c2)/float64(c1), name+"-cpu-2g/1g")
+		}
+	}
+}
+
+// BenchmarkLayers isolates the framework's per-request cost: AES-128-GCM
+// batches of 32, interleaved in one run on one goroutine, as raw
+// cipher.AEAD Seal/Open calls ("raw"), one Submit to an aesni session
+// without the framework ("session", cpuprov), and one Submit through a
+// Binding on aesni ("binding"). Each batch's buffers are refilled
+// untimed; the timed part is only the crypto call(s). Metrics are median
+// ns per request of each layer and the ratios raw/session and
+// raw/binding. At 64 B the crypto is cheap, so the layers' own cost
+// dominates.
+func BenchmarkLayers(b *testing.B) {
+	const batch = 32
+	for _, dir := range []crypto.Direction{crypto.Encrypt, crypto.Decrypt} {
+		for _, size := range []int{64, 1420} {
+			b.Run(fmt.Sprintf("%v/%d", dir, size), func(b *testing.B) {
+				keys := testKeys(algGCM128, 1)
+				fw := newFW(b, crypto.Options{})
+				mustRegister(b, fw, aesni.New())
+				delivered := 0
+				done := func(rs []*crypto.Request) { delivered += len(rs) }
+				bd, err := fw.Bind(keys, done)
+				if err != nil {
+					b.Fatal(err)
+				}
+				defer bd.Close(context.Background())
+				sess, err := aesni.New().NewSession(keys, done)
+				if err != nil {
+					b.Fatal(err)
+				}
+				defer sess.Close(context.Background())
+				blk, _ := aes.NewCipher(keys.CipherKey[:16])
+				aead, _ := cipher.NewGCM(blk)
+				var nonce [12]byte
+				copy(nonce[:], keys.CipherKey[16:])
+
+				// Reference ciphertexts for Decrypt (IVs 1..batch).
+				ref := newGCMBatch(batch, size)
+				ref.next()
+				for _, r := range ref.reqs {
+					copy(nonce[4:], r.IV)
+					aead.Seal(r.Data[:0], nonce[:], r.Data, r.AAD)
+				}
+				sides := [3]*gcmBatch{newGCMBatch(batch, size), newGCMBatch(batch, size), newGCMBatch(batch, size)}
+				fill := func(g *gcmBatch) {
+					if dir == crypto.Encrypt {
+						g.next()
+						return
+					}
+					copy(g.buf, ref.buf)
+					copy(g.ivs, ref.ivs)
+					for _, r := range g.reqs {
+						r.Dir = crypto.Decrypt
+					}
+				}
+				run := [3]func(g *gcmBatch){
+					func(g *gcmBatch) {
+						for _, r := range g.reqs {
+							copy(nonce[4:], r.IV)
+							if dir == crypto.Encrypt {
+								aead.Seal(r.Data[:0], nonce[:], r.Data, r.AAD)
+							} else if _, err := aead.Open(r.Data[:0], nonce[:], r.Data[:len(r.Data)+16], r.AAD); err != nil {
+								b.Fatal(err)
+							}
+						}
+					},
+					func(g *gcmBatch) { sess.Submit(g.reqs) },
+					func(g *gcmBatch) { bd.Submit(g.reqs) },
+				}
+				var ts [3][]time.Duration
+				b.ReportAllocs()
+				b.ResetTimer()
+				for i := range b.N {
+					for k := range 3 {
+						j := (i + k) % 3
+						fill(sides[j])
+						delivered = 0
+						t0 := time.Now()
+						run[j](sides[j])
+						ts[j] = append(ts[j], time.Since(t0))
+						if j > 0 && delivered != batch {
+							b.Fatalf("delivered %d", delivered)
+						}
+					}
+				}
+				b.StopTimer()
+				for _, r := range sides[2].reqs {
+					if r.Status != crypto.StatusOK {
+						b.Fatal(r.Status)
+					}
+				}
+				var m [3]float64
+				for j := range ts {
+					m[j] = float64(median(ts[j]).Nanoseconds()) / batch
+				}
+				b.ReportMetric(m[0], "raw-ns/req")
+				b.ReportMetric(m[1], "session-ns/req")
+				b.ReportMetric(m[2], "binding-ns/req")
+				b.ReportMetric(m[0]/m[2], "raw/binding")
+			})
 		}
 	}
 }

@@ -69,7 +69,10 @@ type Binding struct {
 	idle       chan struct{} // closed by the deliverer when head reaches tail
 
 	submitted, completed, retried, failed, rebinds, stale atomic.Uint64
-	maxPause                                              atomic.Int64 // ns
+	// direct counts requests submitted and delivered by the direct path
+	// (submitDirect), which is both: Status adds it to each.
+	direct   atomic.Uint64
+	maxPause atomic.Int64 // ns
 }
 
 // bindingBufs are a binding's recyclable buffers.
@@ -83,6 +86,7 @@ type bsess struct {
 	b        *Binding
 	prov     *provEntry
 	s        Session
+	sync     SyncSession // s, if its provider processes on the caller's goroutine
 	inflight atomic.Int64
 	retired  atomic.Bool
 	drainMu  sync.Once
@@ -181,6 +185,7 @@ func (b *Binding) newSession(e *provEntry) (*bsess, error) {
 		return nil, fmt.Errorf("provider %q: %w", e.name(), err)
 	}
 	w.s = s
+	w.sync, _ = s.(SyncSession)
 	e.sessions.add(b.id, 1)
 	return w, nil
 }
@@ -207,8 +212,8 @@ func (b *Binding) Status() BindingStatus {
 		ID:           b.id,
 		Alg:          b.alg,
 		Provider:     b.Provider(),
-		Submitted:    b.submitted.Load(),
-		Completed:    b.completed.Load(),
+		Submitted:    b.submitted.Load() + b.direct.Load(),
+		Completed:    b.completed.Load() + b.direct.Load(),
 		Retried:      b.retried.Load(),
 		Failed:       b.failed.Load(),
 		Rebinds:      b.rebinds.Load(),
@@ -231,13 +236,17 @@ func (b *Binding) Submit(reqs []*Request) int {
 	if len(reqs) == 0 {
 		return 0
 	}
-	b.submitting.Add(1)
 	b.smu.Lock()
 	if b.closed {
 		b.smu.Unlock()
-		b.submitting.Add(-1)
 		return 0
 	}
+	if w := b.cur; w != nil && w.sync != nil && b.tailN == b.head.Load() {
+		if n, ok := b.submitDirect(w, reqs); ok {
+			return n
+		}
+	}
+	b.submitting.Add(1)
 	tail := b.tailN
 	free := uint64(len(b.ring)) - (tail - b.head.Load())
 	n := len(reqs)
@@ -290,6 +299,120 @@ func (b *Binding) Submit(reqs []*Request) int {
 	}
 	b.tryDeliver()
 	return acc
+}
+
+// SyncSession is an optional interface of a Session whose provider does
+// all its work on the calling goroutine (the in-CPU providers aesni and
+// cryptosoft). When nothing of a Binding is undelivered, the Binding
+// hands a batch to ProcessSync and delivers it to its CompletionFunc
+// straight away, without the ring and completion bookkeeping that
+// asynchronous providers need. The guarantees are the same on both paths.
+type SyncSession interface {
+	Session
+	// ProcessSync processes a prefix of reqs in place before it returns
+	// and returns the prefix's length. It sets the Status (and Err) of
+	// every request of the prefix as a completion would, but does not
+	// pass them to the session's CompletionFunc. A request it fails with
+	// StatusError must be left unmodified (it may be retried elsewhere),
+	// as with Submit. After Close it processes nothing and returns 0.
+	// Safe for concurrent use with Submit and Close.
+	ProcessSync(reqs []*Request) int
+}
+
+// submitDirect is Submit's path for a synchronous session w when the
+// ring is empty (b.tailN == b.head, read under smu): nothing accepted
+// before is undelivered, so if no other goroutine is still delivering,
+// this batch is next in submission order and can be processed and
+// delivered without entering the ring. Holding the delivery right from
+// before ProcessSync until after the delivery keeps later batches
+// (which then take the ring path) behind it. Processing happens under
+// smu, as on the ring path, so a rebind's swap (under smu) finds no
+// direct batch in progress on the old session and retiring it needs no
+// drain. A batch in which the provider failed a request (other than as
+// malformed) enters the ring as a completed batch, so that the usual
+// retry and fault handling applies. It reports false, with smu still
+// held and nothing done, if another goroutine is delivering. Otherwise it
+// releases smu and returns how many requests it accepted.
+func (b *Binding) submitDirect(w *bsess, reqs []*Request) (int, bool) {
+	b.cmu.Lock()
+	if b.delivering {
+		b.cmu.Unlock()
+		return 0, false
+	}
+	b.delivering = true
+	b.cmu.Unlock()
+	if len(reqs) > len(b.ring) {
+		reqs = reqs[:len(b.ring)]
+	}
+	n := w.sync.ProcessSync(reqs)
+	if n < 0 {
+		n = 0
+	} else if n > len(reqs) {
+		n = len(reqs)
+	}
+	batch := reqs[:n]
+	var failed uint64
+	for _, r := range batch {
+		if r.Status == StatusOK || r.Status == StatusAuthFailed {
+			continue
+		}
+		if r.Status == StatusError && errors.Is(r.Err, ErrInvalidRequest) {
+			failed++
+			continue
+		}
+		b.directToRing(w, batch)
+		b.smu.Unlock()
+		b.submitted.Add(uint64(n))
+		b.releaseDelivery()
+		return n, true
+	}
+	b.smu.Unlock()
+	for len(batch) > 0 {
+		out := b.out[:0]
+		k := min(len(batch), cap(out))
+		out = append(out, batch[:k]...)
+		batch = batch[k:]
+		b.done(out)
+		clear(out)
+	}
+	b.direct.Add(uint64(n))
+	if failed > 0 {
+		b.failed.Add(failed)
+	}
+	b.releaseDelivery()
+	return n, true
+}
+
+// directToRing enters a directly processed batch, in which the provider
+// failed a request, into the empty ring as the session's completion of
+// it, so that complete retries the failed requests and faults the
+// provider. smu held, and the delivery right.
+func (b *Binding) directToRing(w *bsess, batch []*Request) {
+	tail := b.tailN
+	now := b.f.clock.Load()
+	for i, r := range batch {
+		r.fw = requestState{b: b, w: w, seq: tail + uint64(i), t: now}
+		b.ring[(tail+uint64(i))&b.mask] = r
+	}
+	b.tailN = tail + uint64(len(batch))
+	b.tail.Store(b.tailN)
+	w.inflight.Add(int64(len(batch)))
+	b.submitting.Add(1)
+	b.complete(w, batch)
+	b.submitting.Add(-1)
+}
+
+// releaseDelivery gives up the delivery right taken by submitDirect and
+// delivers what completed in the ring meanwhile (completions that found
+// the right taken left that to its holder).
+func (b *Binding) releaseDelivery() {
+	b.cmu.Lock()
+	b.delivering = false
+	pending := b.head.Load() != b.tail.Load()
+	b.cmu.Unlock()
+	if pending {
+		b.tryDeliver()
+	}
 }
 
 // complete is the CompletionFunc of session w.

@@ -89,6 +89,12 @@ func (e *Engine) Apply(ctx context.Context, cfg *setkey.Config) error {
 			}
 			s, err := newSA(c, e.fpKey[:], now)
 			if err != nil {
+				clear(c.EncKey)
+				clear(c.AuthKey)
+				return fail(fmt.Errorf("%s: %w", pos, err))
+			}
+			if err := e.opts.NonceLedger.assign(s); err != nil {
+				s.zeroKeys()
 				return fail(fmt.Errorf("%s: %w", pos, err))
 			}
 			created = append(created, s)
@@ -167,6 +173,11 @@ func (e *Engine) Apply(ctx context.Context, cfg *setkey.Config) error {
 		keep[s] = true
 		final = append(final, s)
 	}
+	// New AEAD SAs get their first range of sequence numbers (nonces),
+	// durably for a file-backed ledger, before anything is published.
+	if err := e.opts.NonceLedger.commit(final); err != nil {
+		return fail(fmt.Errorf("%s: %w", cfgName(cfg), err))
+	}
 	if err := e.spd.Replace(policies); err != nil {
 		return fail(fmt.Errorf("%s: %w", cfgName(cfg), err))
 	}
@@ -196,11 +207,11 @@ func cfgName(cfg *setkey.Config) string {
 func keyOf(s *sa) sadKey { return sadKey{s.cfg.Dst.Addr(), s.cfg.Proto, s.cfg.SPI} }
 
 // configOf validates a setkey SA and copies it (keys included).
-func configOf(x *setkey.SA, pos string) (saConfig, error) {
+func configOf(x *setkey.SA, pos string) (c saConfig, err error) {
 	if x == nil {
 		return saConfig{}, fmt.Errorf("%w: add without SA", ErrInvalidSA)
 	}
-	c := saConfig{
+	c = saConfig{
 		Src:   netip.AddrPortFrom(x.Src.Addr().Unmap(), x.Src.Port()),
 		Dst:   netip.AddrPortFrom(x.Dst.Addr().Unmap(), x.Dst.Port()),
 		Proto: x.Proto, SPI: x.SPI, Mode: x.Mode, ReplayWindow: x.ReplayWindow,
@@ -212,6 +223,12 @@ func configOf(x *setkey.SA, pos string) (saConfig, error) {
 	if len(c.AuthKey) == 0 {
 		c.AuthKey = nil
 	}
+	defer func() {
+		if err != nil {
+			clear(c.EncKey)
+			clear(c.AuthKey)
+		}
+	}()
 	switch {
 	case !c.Src.Addr().IsValid() || !c.Dst.Addr().IsValid() || c.Src.Addr().Is4() != c.Dst.Addr().Is4():
 		return c, fmt.Errorf("%w: endpoints must be two addresses of one family", ErrInvalidSA)
@@ -224,8 +241,6 @@ func configOf(x *setkey.SA, pos string) (saConfig, error) {
 	}
 	p := crypto.SessionParams{Alg: c.Alg, CipherKey: c.EncKey, AuthKey: c.AuthKey}
 	if err := p.CheckParams(); err != nil {
-		clear(c.EncKey)
-		clear(c.AuthKey)
 		return c, err
 	}
 	return c, nil

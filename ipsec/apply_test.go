@@ -142,8 +142,8 @@ func TestLifetimes(t *testing.T) {
 	pool := NewPool(0)
 	applyText(t, e, `
 add 192.0.2.1 192.0.2.2 esp 0x1001 -m tunnel -bs 60 -bh 100 -E aes-gcm-16 0x000102030405060708090a0b0c0d0e0f10111213;
-add 192.0.2.1 192.0.2.3 esp 0x1003 -m tunnel -E aes-gcm-16 0x000102030405060708090a0b0c0d0e0f10111213;
-add 192.0.2.1 192.0.2.4 esp 0x1004 -m tunnel -ls 1 -lh 2 -E aes-gcm-16 0x000102030405060708090a0b0c0d0e0f10111213;
+add 192.0.2.1 192.0.2.3 esp 0x1003 -m tunnel -E aes-gcm-16 0x030102030405060708090a0b0c0d0e0f10111213;
+add 192.0.2.1 192.0.2.4 esp 0x1004 -m tunnel -ls 1 -lh 2 -E aes-gcm-16 0x040102030405060708090a0b0c0d0e0f10111213;
 spdadd 192.168.1.0/24 192.168.2.0/24 any -P out ipsec esp/tunnel/192.0.2.1-192.0.2.2/require;
 spdadd 192.168.1.0/24 192.168.3.0/24 any -P out ipsec esp/tunnel/192.0.2.1-192.0.2.3/require;
 spdadd 192.168.1.0/24 192.168.4.0/24 any -P out ipsec esp/tunnel/192.0.2.1-192.0.2.4/require;

@@ -37,6 +37,12 @@ type Options struct {
 	// SPD is the policy database to use; nil creates one. Apply replaces
 	// its contents.
 	SPD *spd.SPD
+	// NonceLedger hands out the AEAD SAs' sequence numbers (nonces) per
+	// key; share one between the engines of a process that may hold the
+	// same keys (e.g. successive engines of a restarted service), and use
+	// OpenNonceLedger for keys that must survive restarts. Nil: an
+	// in-memory ledger private to the engine. The engine does not close it.
+	NonceLedger *NonceLedger
 }
 
 // Engine is the ESP engine: the SAD, the SPD and the ESP data path.
@@ -87,6 +93,9 @@ func newEngine(b binder, opts Options) *Engine {
 	e := &Engine{bind: b, opts: opts, spd: opts.SPD, stop: make(chan struct{})}
 	if e.spd == nil {
 		e.spd = spd.New()
+	}
+	if e.opts.NonceLedger == nil {
+		e.opts.NonceLedger = NewNonceLedger()
 	}
 	_, _ = crand.Read(e.fpKey[:])
 	e.sad.Store(buildTable(nil))

@@ -56,6 +56,11 @@ type sa struct {
 	// fp is a keyed fingerprint of (alg, keys): a re-applied identical SA
 	// keeps its state (sequence numbers!) instead of restarting at 1.
 	fp [32]byte
+	// ledger and nonceID: see NonceLedger (AEAD SAs only); nblock is the
+	// size of the SA's last block (guarded by ledger.mu).
+	ledger  *NonceLedger
+	nonceID [32]byte
+	nblock  uint64
 
 	ivLen, icvLen, block int
 	aead                 bool
@@ -66,8 +71,13 @@ type sa struct {
 	hardPkts, softPkts uint64
 	added              time.Time
 
-	seq   atomic.Uint64 // last sequence number assigned (outbound)
-	_     [56]byte
+	seq atomic.Uint64 // last sequence number assigned (outbound)
+	// The range of numbers the SA may use, [nfloor, nlimit], and the
+	// number from which its ledger should extend it (see NonceLedger;
+	// unbounded for SAs without a ledger). On seq's cache line: reserve
+	// reads them right after its atomic add.
+	nfloor, nlimit, nrefresh atomic.Uint64
+	_                        [32]byte
 	state atomic.Uint32
 	told  atomic.Uint32 // highest state reported through OnExpire
 
@@ -118,6 +128,8 @@ func sameSA(a, b *sa) bool {
 // newSA validates c and prepares an SA without binding crypto.
 func newSA(c saConfig, fpKey []byte, now time.Time) (*sa, error) {
 	s := &sa{cfg: c, added: now}
+	s.nlimit.Store(nonceUnbounded)
+	s.nrefresh.Store(nonceUnbounded)
 	s.fp = fingerprint(fpKey, &c)
 	s.ivLen = c.Alg.IVLen()
 	s.icvLen = c.Alg.ICVLen()
@@ -181,6 +193,9 @@ func (s *sa) zeroKeys() {
 func (s *sa) close(ctx context.Context) {
 	s.closeOnce.Do(func() {
 		s.state.Store(stateDeleted)
+		if s.ledger != nil {
+			s.ledger.retire(s)
+		}
 		if s.bind != nil {
 			_ = s.bind.Close(ctx)
 		}
@@ -237,13 +252,27 @@ func (s *sa) checkTime(now time.Time) {
 // reserve assigns n consecutive outbound sequence numbers and returns the
 // first and how many of them are within the hard limit (the rest must be
 // dropped). The counter never wraps: it stops at the limit, after which
-// the SA is dead.
+// the SA is dead. Numbers outside the range granted by the SA's
+// NonceLedger are refused too (and its refresher woken from 3/4 of the
+// range on): a nonce is dropped rather than reused.
 func (s *sa) reserve(n int) (first uint64, ok int) {
 	last := s.seq.Add(uint64(n))
 	first = last - uint64(n) + 1
 	if last < first { // 64-bit wrap: impossible in practice, refuse all
 		s.setState(stateDead)
 		return first, 0
+	}
+	if last >= s.nrefresh.Load() {
+		s.ledger.kickRefresh()
+	}
+	// The limit before the floor: see NonceLedger's grant.apply.
+	limit := s.nlimit.Load()
+	if first > limit || first < s.nfloor.Load() {
+		return first, 0
+	}
+	if last > limit {
+		n = int(limit - first + 1)
+		last = limit
 	}
 	if last >= s.softPkts {
 		s.setState(stateDying)

@@ -76,6 +76,11 @@ type Options struct {
 	// CtrlQueueSize is the control queue's descriptor count (default 128).
 	CtrlQueueSize uint16
 	// MaxData is the largest payload per request (default 16384).
+	//
+	// DataQueues, QueueSize, CtrlQueueSize and MaxData size the shared
+	// region; Start fails with an error wrapping spec.ErrRegionTooLarge
+	// when it would exceed spec.MaxRegionSize (1 GiB; the defaults need
+	// 8.2 MiB).
 	MaxData int
 	// MaxSessions bounds the device's session table (default 65536);
 	// each Keel session uses two device sessions (one per direction)

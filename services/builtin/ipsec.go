@@ -3,6 +3,8 @@ package builtin
 import (
 	"bytes"
 	"context"
+	"crypto/hmac"
+	crand "crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
@@ -10,7 +12,9 @@ import (
 	"io/fs"
 	"log/slog"
 	"net/netip"
+	"os"
 	"path"
+	"path/filepath"
 	"reflect"
 	"strings"
 	"sync"
@@ -51,6 +55,76 @@ type ipsecService struct {
 	src   string             // file the configuration came from
 	gw    *dataplane.Gateway // nil without ipsec_tun
 	gwCfg dataplane.Config   // what gw was started with
+
+	// ledger hands out the AEAD nonces of every engine of the System (the
+	// service's, successive ones across restarts, and pktgen's peer). It
+	// is opened at the first Start and stays open for the life of the
+	// System; a later Start naming another file switches to it.
+	ledgerMu sync.Mutex
+	ledger   *ipsec.NonceLedger
+}
+
+// ledgerVar is the rc.conf variable naming the nonce ledger file.
+const ledgerVar = "ipsec_nonce_ledger"
+
+// nonceLedgerPath returns the ledger file of env: ipsec_nonce_ledger (an
+// absolute path) if set, else var/db/keel/esp-nonces under keel_root when
+// keeld runs on a root directory other than /, else
+// /var/db/keel/esp-nonces as root, else $XDG_STATE_HOME (default
+// ~/.local/state)/keel/esp-nonces.
+func nonceLedgerPath(env services.BuiltinEnv) (string, error) {
+	if p := strings.TrimSpace(env.Config.Get(ledgerVar)); p != "" {
+		if !filepath.IsAbs(p) {
+			return "", fmt.Errorf("%s: %q is not an absolute path", ledgerVar, p)
+		}
+		return filepath.Clean(p), nil
+	}
+	if r := env.Config.Get("keel_root"); r != "" && filepath.Clean(r) != "/" {
+		return filepath.Join(r, "var", "db", "keel", "esp-nonces"), nil
+	}
+	if os.Geteuid() == 0 {
+		return "/var/db/keel/esp-nonces", nil
+	}
+	dir := os.Getenv("XDG_STATE_HOME")
+	if !filepath.IsAbs(dir) {
+		home, err := os.UserHomeDir()
+		if err != nil {
+			return "", fmt.Errorf("%s: no state directory, set it: %w", ledgerVar, err)
+		}
+		dir = filepath.Join(home, ".local", "state")
+	}
+	return filepath.Join(dir, "keel", "esp-nonces"), nil
+}
+
+// nonceLedger returns the System's nonce ledger for env's file, opening it
+// on first use. A ledger file that cannot be read or trusted fails the
+// start: running AEAD SAs without it could reuse nonces.
+func (s *ipsecService) nonceLedger(env services.BuiltinEnv) (*ipsec.NonceLedger, error) {
+	p, err := nonceLedgerPath(env)
+	if err != nil {
+		return nil, err
+	}
+	s.ledgerMu.Lock()
+	defer s.ledgerMu.Unlock()
+	if s.ledger != nil && s.ledger.Path() == p {
+		return s.ledger, nil
+	}
+	l, err := ipsec.OpenNonceLedger(p)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", ledgerVar, err)
+	}
+	if s.ledger != nil {
+		_ = s.ledger.Close()
+	}
+	s.ledger = l
+	return l, nil
+}
+
+// currentLedger returns the ledger opened by the last Start, or nil.
+func (s *ipsecService) currentLedger() *ipsec.NonceLedger {
+	s.ledgerMu.Lock()
+	defer s.ledgerMu.Unlock()
+	return s.ledger
 }
 
 func newIPsecService(sys *System) *ipsecService {
@@ -104,15 +178,27 @@ func (s *ipsecService) Settings(env services.BuiltinEnv) map[string]string {
 	return out
 }
 
-// fileSettings identify the SAs and policies: ipsec_file and a hash of its
-// content.
+// settingsKey keys the digest of ipsec_file in the settings: random per
+// process, since the settings are readable (/v1/services/ipsec) and the
+// file holds the keys; the digest only needs to detect changes.
+var settingsKey = func() []byte {
+	k := make([]byte, 32)
+	if _, err := crand.Read(k); err != nil {
+		panic("builtin: crypto/rand failed: " + err.Error())
+	}
+	return k
+}()
+
+// fileSettings identify the SAs and policies: ipsec_file and an HMAC of
+// its content under settingsKey (never a plain hash of the keys).
 func fileSettings(env services.BuiltinEnv) map[string]string {
 	out := map[string]string{"ipsec_file": env.Config.Get("ipsec_file")}
 	rel := strings.TrimPrefix(path.Clean("/"+env.Config.Get("ipsec_file")), "/")
 	if data, err := fs.ReadFile(env.Root, rel); err == nil {
-		h := sha256.Sum256(data)
+		m := hmac.New(sha256.New, settingsKey)
+		m.Write(data)
 		clear(data)
-		out["ipsec_file_sha256"] = hex.EncodeToString(h[:8])
+		out["ipsec_file_hmac"] = hex.EncodeToString(m.Sum(nil)[:16])
 	}
 	return out
 }
@@ -146,7 +232,11 @@ func (s *ipsecService) Start(ctx context.Context, env services.BuiltinEnv) error
 		return err
 	}
 	defer cfg.Zero()
-	eng := ipsec.NewEngine(fw, ipsec.Options{})
+	ledger, err := s.nonceLedger(env)
+	if err != nil {
+		return err
+	}
+	eng := ipsec.NewEngine(fw, ipsec.Options{NonceLedger: ledger})
 	if err := eng.Apply(ctx, cfg); err != nil {
 		_ = eng.Close(context.WithoutCancel(ctx))
 		return err
@@ -288,6 +378,13 @@ func (s *ipsecService) Stop(ctx context.Context) error {
 	}
 	if eng != nil {
 		errs = append(errs, eng.Close(ctx))
+		// Record the numbers the closed SAs gave back: a restart of keeld
+		// continues right after them.
+		if l := s.currentLedger(); l != nil {
+			if err := l.Sync(); err != nil {
+				errs = append(errs, fmt.Errorf("%s: %w", ledgerVar, err))
+			}
+		}
 	}
 	return errors.Join(errs...)
 }

@@ -70,7 +70,10 @@ func (g *pktgenService) Start(ctx context.Context, env services.BuiltinEnv) erro
 	if err != nil {
 		return err
 	}
-	peer := ipsec.NewEngine(fw, ipsec.Options{})
+	// The peer encrypts with the keys of the engine's inbound SAs (and
+	// holds its outbound keys): it shares the ipsec service's ledger, so
+	// the two never use one nonce twice under a key.
+	peer := ipsec.NewEngine(fw, ipsec.Options{NonceLedger: g.sys.ips.currentLedger()})
 	m := mirror(cfg)
 	err = peer.Apply(ctx, m)
 	cfg.Zero()

@@ -236,13 +236,49 @@ func (s *session) Submit(reqs []*crypto.Request) int {
 		return 0
 	}
 	s.running.Add(1)
-	for _, r := range reqs {
-		s.process(r)
-	}
+	s.processBatch(reqs)
 	s.mu.Unlock()
 	s.done(reqs)
 	s.running.Done()
 	return len(reqs)
+}
+
+// ProcessSync implements crypto.SyncSession: it processes every request
+// in place and sets its Status before returning, without calling the
+// CompletionFunc. It processes nothing after Close.
+func (s *session) ProcessSync(reqs []*crypto.Request) int {
+	if len(reqs) == 0 {
+		return 0
+	}
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return 0
+	}
+	s.processBatch(reqs)
+	s.mu.Unlock()
+	return len(reqs)
+}
+
+// processBatch processes reqs; s.mu held, session open. The AEAD case,
+// the hot one, is decided once per batch.
+func (s *session) processBatch(reqs []*crypto.Request) {
+	if s.aead == nil {
+		for _, r := range reqs {
+			s.process(r)
+		}
+		return
+	}
+	for _, r := range reqs {
+		switch {
+		case len(r.IV) != 8: // AEAD IVLen
+			fail(r, errIVLen)
+		case len(r.ICV) != 16: // AEAD ICVLen
+			fail(r, errICVLen)
+		default:
+			s.processAEAD(r)
+		}
+	}
 }
 
 // Close waits for Submit calls in progress to deliver their completions,

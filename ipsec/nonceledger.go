@@ -1,0 +1,449 @@
+package ipsec
+
+import (
+	"crypto/hmac"
+	crand "crypto/rand"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"math"
+	"sync"
+	"time"
+)
+
+// ErrLedgerClosed is returned by Apply when a new AEAD SA needs sequence
+// numbers from a NonceLedger that was closed.
+var ErrLedgerClosed = errors.New("ipsec: nonce ledger closed")
+
+// NonceLedger hands out outbound sequence numbers — which are the AEAD
+// nonces (the 64-bit IV of AES-GCM and ChaCha20-Poly1305, RFC 4106/7634) —
+// per AEAD key, so that no number is ever used twice under one key: not
+// when an SA is deleted and added again, not after a re-key away and back
+// (A→B→A), not when one Apply replaces an SA by another with the same key,
+// not when two installed SAs (of one engine, or of engines sharing the
+// ledger) carry the same key, and, for a ledger backed by a file
+// (OpenNonceLedger), not across restarts of the process or reboots.
+//
+// Every AEAD SA owns a range of numbers of its key, granted before it is
+// published; the data path checks each batch against the range with two
+// atomic loads and drops what falls outside (counted as DropSeqOverflow)
+// rather than reuse a number. When 3/4 of a range is consumed the data
+// path wakes a background refresher (never blocking, never allocating),
+// which extends the range, or moves the SA to a fresh one above every
+// other grant of the key (the sequence number then jumps forward, which
+// receivers accept). An in-memory ledger grants unbounded ranges and caps
+// an SA's range only when another SA takes the key; a file-backed ledger
+// grants blocks of 2^16 numbers, doubling per refresh up to 2^22, each
+// written and fsynced before use, so a crash wastes at most one block per
+// SA and never reuses one. A closed SA gives back its unused numbers when
+// no later grant was made for its key, so a clean restart continues
+// exactly after the last number sent.
+//
+// Keys are identified by an HMAC-SHA-256 of (cipher, key size, key and
+// salt) under a random 32-byte ledger key; the key material itself is
+// never stored. Entries live as long as the ledger (a key may come back
+// any time).
+//
+// A NonceLedger is safe for concurrent use by any number of engines and
+// goroutines. Share one between every engine of a process that may hold
+// the same keys. After Close, Apply fails (ErrLedgerClosed) for new AEAD
+// SAs and installed ones are no longer refreshed: they drop once their
+// range is consumed. The refresher goroutine runs only while the ledger
+// has installed AEAD SAs.
+type NonceLedger struct {
+	mu      sync.Mutex
+	key     [32]byte
+	file    *ledgerFile // nil: in memory
+	m       map[[32]byte]*nonceEntry
+	live    map[*sa]struct{}
+	running bool
+	closed  bool
+	err     error // last persistence error, nil after a successful write
+	kick    chan struct{}
+}
+
+// nonceEntry is the state of one key (guarded by NonceLedger.mu).
+type nonceEntry struct {
+	next uint64 // highest number granted (possibly used) in this process
+	disk uint64 // value this process last wrote for the key
+	tail *sa    // the SA granted the range ending at next, if any
+}
+
+const (
+	// nonceBlockMin and nonceBlockMax bound the blocks of a file-backed
+	// ledger; nonceUnbounded is the range of an in-memory ledger.
+	nonceBlockMin  = 1 << 16
+	nonceBlockMax  = 1 << 22
+	nonceUnbounded = math.MaxUint64
+	// nonceCapMargin is how many numbers an SA keeps when another SA
+	// takes its key and its range is capped.
+	nonceCapMargin = 1 << 20
+	// nonceRetry is the refresher's period (retries a failed write).
+	nonceRetry = time.Second
+)
+
+// NewNonceLedger returns an empty in-memory ledger: it protects nonces
+// within the process only (see OpenNonceLedger for restarts).
+func NewNonceLedger() *NonceLedger {
+	l := newLedger()
+	_, _ = crand.Read(l.key[:])
+	return l
+}
+
+func newLedger() *NonceLedger {
+	return &NonceLedger{m: map[[32]byte]*nonceEntry{}, live: map[*sa]struct{}{}, kick: make(chan struct{}, 1)}
+}
+
+// Path returns the ledger's file, or "" for an in-memory ledger.
+func (l *NonceLedger) Path() string {
+	if l.file == nil {
+		return ""
+	}
+	return l.file.path
+}
+
+// Err returns the last error writing the ledger file (nil once a write
+// succeeds again). While it is set, ranges are not extended and SAs whose
+// range is consumed drop their packets.
+func (l *NonceLedger) Err() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.err
+}
+
+// nonceID is the ledger's keyed fingerprint of s's AEAD key.
+func (l *NonceLedger) nonceID(s *sa) [32]byte {
+	m := hmac.New(sha256.New, l.key[:])
+	m.Write([]byte{byte(s.cfg.Alg.Cipher), byte(s.cfg.Alg.KeyBits >> 8), byte(s.cfg.Alg.KeyBits)})
+	m.Write(s.cfg.EncKey)
+	var id [32]byte
+	m.Sum(id[:0])
+	return id
+}
+
+// assign registers a new AEAD SA (before it is bound or published): it
+// gets its identity but no numbers until commit. Non-AEAD SAs are left
+// alone (their IVs are random).
+func (l *NonceLedger) assign(s *sa) error {
+	if !s.cfg.Alg.IsAEAD() {
+		return nil
+	}
+	id := l.nonceID(s)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed {
+		return ErrLedgerClosed
+	}
+	s.ledger, s.nonceID = l, id
+	s.nlimit.Store(0) // nothing granted yet: the data path drops
+	s.nrefresh.Store(nonceUnbounded)
+	l.live[s] = struct{}{}
+	return nil
+}
+
+// commit grants the first range to each SA of ss registered with l and
+// not granted one yet (the others are skipped) and, for a file-backed ledger, makes the grants
+// durable before returning. On error no SA got numbers.
+func (l *NonceLedger) commit(ss []*sa) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var todo []*sa
+	for _, s := range ss {
+		if s.ledger == l && s.nfloor.Load() == 0 { // never granted
+			if _, ok := l.live[s]; ok {
+				todo = append(todo, s)
+			}
+		}
+	}
+	if len(todo) == 0 {
+		return nil
+	}
+	if l.closed {
+		return ErrLedgerClosed
+	}
+	gs, err := l.grantLocked(todo, true)
+	if err != nil {
+		return err
+	}
+	for _, g := range gs {
+		g.apply()
+	}
+	if !l.running {
+		l.running = true
+		go l.refresher()
+	}
+	return nil
+}
+
+// grant is a range decided for an SA, applied once durable.
+type grant struct {
+	s          *sa
+	lo, hi     uint64
+	contiguous bool
+}
+
+// apply publishes the range to the data path. The order (floor, sequence,
+// limit) is what makes sa.reserve's two loads safe.
+func (g grant) apply() {
+	s := g.s
+	if !g.contiguous {
+		s.nfloor.Store(g.lo)
+		for {
+			cur := s.seq.Load()
+			if cur >= g.lo-1 || s.seq.CompareAndSwap(cur, g.lo-1) {
+				break
+			}
+		}
+	}
+	s.nlimit.Store(g.hi)
+	from := max(s.nfloor.Load(), s.seq.Load())
+	s.nrefresh.Store(satAdd(from, (g.hi-from)/4*3))
+}
+
+// grantLocked decides ranges for ss (fresh: their first range), reading
+// and writing the ledger file for a file-backed ledger. Caller holds mu.
+func (l *NonceLedger) grantLocked(ss []*sa, fresh bool) ([]grant, error) {
+	var disk map[[32]byte]uint64
+	var unlock func()
+	if l.file != nil {
+		var err error
+		if unlock, err = l.file.lock(); err != nil {
+			l.err = err
+			return nil, err
+		}
+		defer unlock()
+		if disk, err = l.file.read(l.key); err != nil {
+			l.err = err
+			return nil, err
+		}
+	}
+	gs := make([]grant, 0, len(ss))
+	pending := map[*sa]int{} // SA -> its grant in gs, not applied yet
+	for _, s := range ss {
+		e := l.m[s.nonceID]
+		if e == nil {
+			e = &nonceEntry{}
+			l.m[s.nonceID] = e
+		}
+		// Another SA holding the key's top range with more than
+		// nonceCapMargin numbers left is capped first: a grant of this
+		// call simply shrinks, an installed SA's range is capped (safe
+		// while it runs: see capLocked).
+		if t := e.tail; t != nil && t != s {
+			if i, ok := pending[t]; ok {
+				g := &gs[i]
+				from := max(g.lo-1, t.seq.Load())
+				if g.hi == e.next && g.hi-from > nonceCapMargin {
+					g.hi = from + nonceCapMargin
+					e.next = g.hi
+				}
+			} else if _, ok := l.live[t]; ok {
+				l.capLocked(t, e)
+			}
+		}
+		size := uint64(nonceUnbounded)
+		if l.file != nil {
+			if fresh || s.nblock == 0 {
+				s.nblock = nonceBlockMin
+			} else if s.nblock < nonceBlockMax {
+				s.nblock *= 2
+			}
+			size = s.nblock
+		}
+		base := max(e.next, disk[s.nonceID])
+		cur := s.seq.Load()
+		g := grant{s: s}
+		if !fresh && e.tail == s && s.nlimit.Load() == base {
+			g.contiguous, g.lo, g.hi = true, s.nfloor.Load(), satAdd(max(base, cur), size)
+		} else {
+			g.lo = max(base, cur) + 1
+			if g.lo == 0 { // the key's 64-bit space is spent
+				g.lo = nonceUnbounded
+			}
+			g.hi = satAdd(g.lo-1, size)
+		}
+		e.next, e.tail = g.hi, s
+		pending[s] = len(gs)
+		gs = append(gs, g)
+	}
+	if l.file != nil {
+		if err := l.writeLocked(disk); err != nil {
+			return nil, err
+		}
+	}
+	return gs, nil
+}
+
+// capLocked shrinks the range of installed SA t (the key's tail) to its
+// current number plus nonceCapMargin, while t keeps sending: a batch that
+// read the old limit reserved its numbers before the new one was stored,
+// so they are at most the sequence read afterwards, which becomes the
+// key's high-water mark.
+// It only ever lowers the limit, and only of an SA holding the key's top
+// range with more than nonceCapMargin numbers left.
+func (l *NonceLedger) capLocked(t *sa, e *nonceEntry) {
+	old, cur := t.nlimit.Load(), t.seq.Load()
+	if old == 0 || old != e.next || cur >= old || old-cur <= nonceCapMargin {
+		return
+	}
+	limit := cur + nonceCapMargin
+	t.nlimit.Store(limit)
+	after := t.seq.Load()
+	e.next = max(limit, after)
+	t.nrefresh.Store(min(t.nrefresh.Load(), limit-nonceCapMargin/4))
+}
+
+// retire revokes what s was granted and records what it used (after this,
+// reserve refuses every number of s). If no later grant was made for the
+// key, the unused rest goes back to the key.
+func (l *NonceLedger) retire(s *sa) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if _, ok := l.live[s]; !ok {
+		return
+	}
+	delete(l.live, s)
+	granted := s.nlimit.Load() != 0
+	s.nlimit.Store(0)
+	used := s.seq.Load()
+	e := l.m[s.nonceID]
+	if !granted || e == nil || e.tail != s {
+		return
+	}
+	e.tail = nil
+	floor := s.nfloor.Load()
+	e.next = max(min(used, e.next), floor-1)
+}
+
+// kickRefresh wakes the refresher; called by the data path, it never
+// blocks or allocates.
+func (l *NonceLedger) kickRefresh() {
+	if l == nil {
+		return
+	}
+	select {
+	case l.kick <- struct{}{}:
+	default:
+	}
+}
+
+// refresher extends the ranges of SAs past 3/4 of theirs. It exits when
+// the ledger has no installed AEAD SA or is closed.
+func (l *NonceLedger) refresher() {
+	t := time.NewTicker(nonceRetry)
+	defer t.Stop()
+	for {
+		select {
+		case <-l.kick:
+		case <-t.C:
+		}
+		l.mu.Lock()
+		if len(l.live) == 0 || l.closed {
+			l.running = false
+			l.mu.Unlock()
+			return
+		}
+		l.refreshLocked()
+		l.mu.Unlock()
+	}
+}
+
+// refreshLocked grants new ranges to the SAs that need one; a failed
+// write leaves them as they are (retried on the next tick).
+func (l *NonceLedger) refreshLocked() {
+	var todo []*sa
+	for s := range l.live {
+		if s.nlimit.Load() != 0 && s.seq.Load() >= s.nrefresh.Load() {
+			todo = append(todo, s)
+		}
+	}
+	if len(todo) == 0 {
+		if l.file != nil && l.err != nil {
+			_ = l.syncLocked()
+		}
+		return
+	}
+	gs, err := l.grantLocked(todo, false)
+	if err != nil {
+		return
+	}
+	for _, g := range gs {
+		if _, ok := l.live[g.s]; ok {
+			g.apply()
+		}
+	}
+}
+
+// Sync writes the ledger file now (recording numbers given back by closed
+// SAs, so that a restart continues right after them). It is a no-op for
+// an in-memory ledger.
+func (l *NonceLedger) Sync() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.syncLocked()
+}
+
+func (l *NonceLedger) syncLocked() error {
+	if l.file == nil {
+		return nil
+	}
+	unlock, err := l.file.lock()
+	if err != nil {
+		l.err = err
+		return err
+	}
+	defer unlock()
+	disk, err := l.file.read(l.key)
+	if err != nil {
+		l.err = err
+		return err
+	}
+	return l.writeLocked(disk)
+}
+
+// writeLocked merges l's entries into disk (read under the file lock) and
+// writes the file. A value another process changed since this one last
+// wrote it is only ever raised, never lowered.
+func (l *NonceLedger) writeLocked(disk map[[32]byte]uint64) error {
+	for id, e := range l.m {
+		d := disk[id]
+		if d != e.disk && d > e.next {
+			e.next = d // another process granted beyond us
+		}
+		disk[id] = e.next
+	}
+	if err := l.file.write(l.key, disk); err != nil {
+		l.err = err
+		return err
+	}
+	for id, e := range l.m {
+		e.disk = disk[id]
+	}
+	l.err = nil
+	return nil
+}
+
+// Close writes the ledger file a last time (see Sync) and closes the
+// ledger: Apply then fails for new AEAD SAs and installed ones are not
+// refreshed. Close is idempotent.
+func (l *NonceLedger) Close() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed {
+		return nil
+	}
+	l.closed = true
+	err := l.syncLocked()
+	if err != nil {
+		return fmt.Errorf("close: %w", err)
+	}
+	return nil
+}
+
+// satAdd is a+b, saturating at 2^64-1.
+func satAdd(a, b uint64) uint64 {
+	if s := a + b; s >= a {
+		return s
+	}
+	return math.MaxUint64
+}
