@@ -78,6 +78,7 @@ type sa struct {
 	// reads them right after its atomic add.
 	nfloor, nlimit, nrefresh atomic.Uint64
 	_                        [32]byte
+
 	state atomic.Uint32
 	told  atomic.Uint32 // highest state reported through OnExpire
 

@@ -82,7 +82,7 @@ func ConfigFromRC(get func(string) string) (Config, error) {
 	if c.TUN == "" {
 		return bad("ipsec_tun", "an interface name is required")
 	}
-	if len(c.TUN) > 15 || strings.ContainsAny(c.TUN, "/ \t") {
+	if !validIfName(c.TUN) {
 		return bad("ipsec_tun", "not a valid interface name")
 	}
 	var err error
@@ -150,4 +150,19 @@ func (c *Config) defaults() {
 	if c.Port == 0 {
 		c.Port = DefaultPort
 	}
+}
+
+// validIfName mirrors Linux's dev_valid_name: 1 to 15 bytes (IFNAMSIZ-1),
+// not "." or "..", and no '/', ':', NUL or white space.
+func validIfName(name string) bool {
+	if name == "" || len(name) > 15 || name == "." || name == ".." {
+		return false
+	}
+	for i := 0; i < len(name); i++ {
+		switch c := name[i]; {
+		case c == '/', c == ':', c == 0, c == ' ', c >= '\t' && c <= '\r':
+			return false
+		}
+	}
+	return true
 }
