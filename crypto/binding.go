@@ -367,6 +367,15 @@ func (b *Binding) submitDirect(w *bsess, reqs []*Request) (int, bool) {
 		return n, true
 	}
 	b.smu.Unlock()
+	b.deliverDirect(batch, failed)
+	return n, true
+}
+
+// deliverDirect delivers a batch processed by submitDirect, of which
+// failed requests failed as malformed, in chunks of b.out, counts it and
+// releases the delivery right. smu not held.
+func (b *Binding) deliverDirect(batch []*Request, failed uint64) {
+	n := uint64(len(batch))
 	for len(batch) > 0 {
 		out := b.out[:0]
 		k := min(len(batch), cap(out))
@@ -375,12 +384,11 @@ func (b *Binding) submitDirect(w *bsess, reqs []*Request) (int, bool) {
 		b.done(out)
 		clear(out)
 	}
-	b.direct.Add(uint64(n))
+	b.direct.Add(n)
 	if failed > 0 {
 		b.failed.Add(failed)
 	}
 	b.releaseDelivery()
-	return n, true
 }
 
 // directToRing enters a directly processed batch, in which the provider

@@ -39,7 +39,10 @@ type sadKey struct {
 // algorithm and keys keeps its state (sequence numbers, replay window,
 // counters), even across "flush; add ..." of the same SA: restarting the
 // sequence at 1 with the same key would reuse AEAD nonces (its lifetimes
-// are kept too: change the SPI to change them). SAs removed by
+// are kept too: change the SPI to change them). A new AEAD SA takes its
+// sequence numbers from the engine's NonceLedger, so a key that comes back
+// (delete then add, a re-key A→B→A, another SA or engine with the key)
+// continues above every number used under it. SAs removed by
 // the configuration are closed: their bindings close (zeroing session
 // keys) after in-flight batches finish.
 //
@@ -176,7 +179,7 @@ func (e *Engine) Apply(ctx context.Context, cfg *setkey.Config) error {
 	// New AEAD SAs get their first range of sequence numbers (nonces),
 	// durably for a file-backed ledger, before anything is published.
 	if err := e.opts.NonceLedger.commit(final); err != nil {
-		return fail(fmt.Errorf("%s: %w", cfgName(cfg), err))
+		return fail(err) // names the SA's file:line:col or the ledger file
 	}
 	if err := e.spd.Replace(policies); err != nil {
 		return fail(fmt.Errorf("%s: %w", cfgName(cfg), err))

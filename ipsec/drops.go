@@ -26,7 +26,7 @@ const (
 	DropDiscard                  // a discard policy matched
 	DropNoOutSA                  // outbound: the policy needs an SA and none is installed
 	DropExpired                  // the SA passed its hard lifetime (bytes, packets or time)
-	DropSeqOverflow              // outbound: the sequence number space is exhausted
+	DropSeqOverflow              // outbound: the sequence number space, or the SA's reserved nonce range, is exhausted
 	DropCrypto                   // the crypto provider failed the request
 	DropBusy                     // the crypto binding refused the request for too long, or the SA went away
 	DropNoRoom                   // the buffer lacks headroom or tailroom, or the result exceeds the MTU

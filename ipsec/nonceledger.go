@@ -25,8 +25,8 @@ var ErrLedgerClosed = errors.New("ipsec: nonce ledger closed")
 // (OpenNonceLedger), not across restarts of the process or reboots.
 //
 // Every AEAD SA owns a range of numbers of its key, granted before it is
-// published; the data path checks each batch against the range with two
-// atomic loads and drops what falls outside (counted as DropSeqOverflow)
+// published; the data path checks each batch against the range with three
+// atomic loads (on the counter's cache line) and drops what falls outside (counted as DropSeqOverflow)
 // rather than reuse a number. When 3/4 of a range is consumed the data
 // path wakes a background refresher (never blocking, never allocating),
 // which extends the range, or moves the SA to a fresh one above every
@@ -37,7 +37,9 @@ var ErrLedgerClosed = errors.New("ipsec: nonce ledger closed")
 // written and fsynced before use, so a crash wastes at most one block per
 // SA and never reuses one. A closed SA gives back its unused numbers when
 // no later grant was made for its key, so a clean restart continues
-// exactly after the last number sent.
+// exactly after the last number sent. Processes sharing a ledger file
+// (flock'ed read-modify-write) get disjoint ranges too. Apply refuses a
+// new SA without ESN whose key has used up the 32-bit space.
 //
 // Keys are identified by an HMAC-SHA-256 of (cipher, key size, key and
 // salt) under a random 32-byte ledger key; the key material itself is
@@ -142,8 +144,9 @@ func (l *NonceLedger) assign(s *sa) error {
 }
 
 // commit grants the first range to each SA of ss registered with l and
-// not granted one yet (the others are skipped) and, for a file-backed ledger, makes the grants
-// durable before returning. On error no SA got numbers.
+// not granted one yet (the others are skipped) and, for a file-backed
+// ledger, makes the grants durable before returning. On error no SA got
+// numbers.
 func (l *NonceLedger) commit(ss []*sa) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -164,6 +167,12 @@ func (l *NonceLedger) commit(ss []*sa) error {
 	gs, err := l.grantLocked(todo, true)
 	if err != nil {
 		return err
+	}
+	for _, g := range gs {
+		if g.lo > g.s.hardPkts {
+			return fmt.Errorf("%s: %w: SA spi 0x%x: its key already used sequence numbers (nonces) up to %d: re-key",
+				g.s.cfg.Pos, ErrInvalidSA, g.s.cfg.SPI, g.lo-1)
+		}
 	}
 	for _, g := range gs {
 		g.apply()
@@ -197,7 +206,11 @@ func (g grant) apply() {
 	}
 	s.nlimit.Store(g.hi)
 	from := max(s.nfloor.Load(), s.seq.Load())
-	s.nrefresh.Store(satAdd(from, (g.hi-from)/4*3))
+	if g.hi > from {
+		s.nrefresh.Store(from + (g.hi-from)/4*3)
+	} else { // the SA ran past the range meanwhile (dropping): again
+		s.nrefresh.Store(from)
+	}
 }
 
 // grantLocked decides ranges for ss (fresh: their first range), reading
@@ -232,9 +245,10 @@ func (l *NonceLedger) grantLocked(ss []*sa, fresh bool) ([]grant, error) {
 		if t := e.tail; t != nil && t != s {
 			if i, ok := pending[t]; ok {
 				g := &gs[i]
+				// Never below the limit t runs with: a shrink is not a cap.
 				from := max(g.lo-1, t.seq.Load())
 				if g.hi == e.next && g.hi-from > nonceCapMargin {
-					g.hi = from + nonceCapMargin
+					g.hi = max(from+nonceCapMargin, t.nlimit.Load())
 					e.next = g.hi
 				}
 			} else if _, ok := l.live[t]; ok {
@@ -303,6 +317,9 @@ func (l *NonceLedger) retire(s *sa) {
 		return
 	}
 	delete(l.live, s)
+	if len(l.live) == 0 {
+		l.kickRefresh() // the refresher exits
+	}
 	granted := s.nlimit.Load() != 0
 	s.nlimit.Store(0)
 	used := s.seq.Load()
@@ -311,8 +328,10 @@ func (l *NonceLedger) retire(s *sa) {
 		return
 	}
 	e.tail = nil
-	floor := s.nfloor.Load()
-	e.next = max(min(used, e.next), floor-1)
+	e.next = min(used, e.next)
+	if floor := s.nfloor.Load(); floor > 0 {
+		e.next = max(e.next, floor-1)
+	}
 }
 
 // kickRefresh wakes the refresher; called by the data path, it never

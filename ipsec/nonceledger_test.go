@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/hex"
 	"errors"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -337,5 +338,126 @@ func TestNonceLedgerHotPathAllocs(t *testing.T) {
 	s.nrefresh.Store(0) // every reserve wakes the refresher
 	if n := testing.AllocsPerRun(1000, func() { s.reserve(4) }); n != 0 {
 		t.Errorf("reserve: %v allocs", n)
+	}
+}
+
+// seekSeq moves s's outbound counter to v, as if v numbers had been sent,
+// for tests that start near a boundary. It lifts s's nonce range
+// (tests only: sound as long as no other SA sends under s's key).
+func seekSeq(s *sa, v uint64) {
+	s.seq.Store(v)
+	s.nfloor.Store(min(s.nfloor.Load(), v+1))
+	s.nlimit.Store(nonceUnbounded)
+	s.nrefresh.Store(nonceUnbounded)
+}
+
+// TestNonceLedgerExhausted: while the ledger file cannot be written, an SA
+// that consumed its durable block drops its packets (DropSeqOverflow)
+// instead of going on; once the file is writable again the refresher
+// extends the block and the SA continues above it.
+func TestNonceLedgerExhausted(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "esp-nonces")
+	l, err := OpenNonceLedger(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := newTestEngine(t, Options{NonceLedger: l})
+	applyText(t, e, baseConf)
+	s := e.sad.Load().bySPI[0x1001][0]
+	good, _ := os.ReadFile(path)
+	// Break the file: the refresher's writes fail from now on.
+	if _, err := OpenNonceLedger(filepath.Join(dir, "other")); err != nil {
+		t.Fatal(err)
+	}
+	other, _ := os.ReadFile(filepath.Join(dir, "other"))
+	if err := os.WriteFile(path, other, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for used := uint64(0); used < nonceBlockMin; {
+		_, ok := s.reserve(64)
+		used += uint64(ok)
+		if ok == 0 {
+			t.Fatalf("block ended after %d numbers, want %d", used, nonceBlockMin)
+		}
+	}
+	pool := NewPool(0)
+	if p := sendOne(t, e, pool); p.Verdict != VerdictDrop || p.Drop != DropSeqOverflow {
+		t.Fatalf("past the block: %v %v seq %d", p.Verdict, p.Drop, p.Seq)
+	}
+	if e.SAs()[0].Drops["seq-overflow"] == 0 {
+		t.Error("drop not counted on the SA")
+	}
+	if !poll(t, func() bool { return l.Err() != nil }) {
+		t.Fatal("no write error reported")
+	}
+	if err := os.WriteFile(path, good, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var p *Packet
+	if !poll(t, func() bool { p = sendOne(t, e, pool); return p.Verdict == VerdictForward }) {
+		t.Fatalf("not refreshed after the file was repaired: %v %v (err %v)", p.Verdict, p.Drop, l.Err())
+	}
+	if p.Seq <= nonceBlockMin {
+		t.Errorf("seq %d after the refresh, want > %d", p.Seq, nonceBlockMin)
+	}
+	disk, err := l.file.read(l.key)
+	if err != nil || disk[s.nonceID] < s.nlimit.Load() {
+		t.Errorf("durable mark %d below the limit %d (%v)", disk[s.nonceID], s.nlimit.Load(), err)
+	}
+}
+
+// poll calls cond every millisecond for up to 5 s and reports whether it
+// returned true.
+func poll(t *testing.T, cond func() bool) bool {
+	t.Helper()
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
+		if cond() {
+			return true
+		}
+	}
+	return false
+}
+
+// FuzzParseLedger: any ledger file parses or fails with ErrLedgerCorrupt,
+// never panics, and what parses is written back to a file that parses to
+// the same ledger.
+func FuzzParseLedger(f *testing.F) {
+	f.Add([]byte("keel-esp-nonces v1 " + strings.Repeat("ab", 32) + "\nend 0 00000000\n"))
+	f.Add([]byte(""))
+	f.Add([]byte("end 1 x\n"))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		key, m, err := parseLedger("fuzz", data)
+		if err != nil {
+			if !errors.Is(err, ErrLedgerCorrupt) {
+				t.Fatalf("error without ErrLedgerCorrupt: %v", err)
+			}
+			return
+		}
+		p := filepath.Join(t.TempDir(), "l")
+		if err := (&ledgerFile{path: p}).write(key, m); err != nil {
+			t.Fatal(err)
+		}
+		out, _ := os.ReadFile(p)
+		key2, m2, err := parseLedger("fuzz", out)
+		if err != nil || key2 != key || !maps.Equal(m, m2) {
+			t.Fatalf("round trip of %q: %q: %v", data, out, err)
+		}
+	})
+}
+
+// TestNonceSpaceUsedUp: re-adding a key (without ESN) whose 32-bit
+// sequence space was used up is refused with an error naming the SA.
+func TestNonceSpaceUsedUp(t *testing.T) {
+	e := newTestEngine(t, Options{})
+	applyText(t, e, baseConf)
+	seekSeq(e.sad.Load().bySPI[0x1001][0], 1<<32-1)
+	applyText(t, e, "delete 192.0.2.1 192.0.2.2 esp 0x1001;")
+	err := e.Apply(context.Background(), parse(t, strings.Split(baseConf, "\n")[2]))
+	if !errors.Is(err, ErrInvalidSA) || !strings.HasPrefix(err.Error(), "test.conf:1:1: ipsec: invalid SA: SA spi 0x1001:") || !strings.Contains(err.Error(), "up to 4294967295: re-key") {
+		t.Errorf("got %v", err)
+	}
+	if len(e.SAs()) != 1 {
+		t.Errorf("%d SAs after the failed apply, want 1", len(e.SAs()))
 	}
 }

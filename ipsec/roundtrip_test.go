@@ -141,7 +141,7 @@ func roundTrip(t *testing.T, pool *Pool, tp topology, sizes []int) {
 		// Start just below the 32-bit boundary so that the ESN high half
 		// changes within the batch.
 		for _, s := range ea.sad.Load().all {
-			s.seq.Store(1<<32 - 5)
+			seekSeq(s, 1<<32-5)
 		}
 	}
 	var orig [][]byte

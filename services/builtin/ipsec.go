@@ -68,7 +68,9 @@ type ipsecService struct {
 const ledgerVar = "ipsec_nonce_ledger"
 
 // nonceLedgerPath returns the ledger file of env: ipsec_nonce_ledger (an
-// absolute path) if set, else var/db/keel/esp-nonces under keel_root when
+// absolute path) if set, else esp-nonces in keeld's state directory
+// (keel_state_dir, from --state-dir or KEEL_STATE_DIR) if set, else
+// var/db/keel/esp-nonces under keel_root when
 // keeld runs on a root directory other than /, else
 // /var/db/keel/esp-nonces as root, else $XDG_STATE_HOME (default
 // ~/.local/state)/keel/esp-nonces.
@@ -78,6 +80,12 @@ func nonceLedgerPath(env services.BuiltinEnv) (string, error) {
 			return "", fmt.Errorf("%s: %q is not an absolute path", ledgerVar, p)
 		}
 		return filepath.Clean(p), nil
+	}
+	if d := strings.TrimSpace(env.Config.Get("keel_state_dir")); d != "" {
+		if !filepath.IsAbs(d) {
+			return "", fmt.Errorf("keel_state_dir: %q is not an absolute path", d)
+		}
+		return filepath.Join(d, "esp-nonces"), nil
 	}
 	if r := env.Config.Get("keel_root"); r != "" && filepath.Clean(r) != "/" {
 		return filepath.Join(r, "var", "db", "keel", "esp-nonces"), nil
