@@ -280,7 +280,13 @@ func TestApplyUnderTraffic(t *testing.T) {
 	// Rekey A only: B rejects the new key's packets with bad-icv.
 	rekeyed.Store(true)
 	applyText(t, ea, strings.Replace(ca, hexKey(20, 1), hexKey(20, 99), -1))
-	time.Sleep(10 * time.Millisecond)
+	// Wait (bounded) until B has rejected some of the new key's packets: on
+	// a loaded machine the workers may not run for a while.
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
+		if eb.SAs()[0].Drops["bad-icv"] != 0 || eb.SAs()[1].Drops["bad-icv"] != 0 {
+			break
+		}
+	}
 	close(stop)
 	wg.Wait()
 	close(errs)
