@@ -39,8 +39,12 @@ package crypto
 
 import (
 	"context"
+	"crypto/sha1"
+	"crypto/sha256"
+	"crypto/sha512"
 	"errors"
 	"fmt"
+	"hash"
 	"sync"
 )
 
@@ -302,6 +306,22 @@ func (x Auth) ICVLen() int {
 		return 32
 	}
 	return 0
+}
+
+// Hash returns the constructor of the hash under the HMAC, or nil for
+// AuthNone and unknown values.
+func (x Auth) Hash() func() hash.Hash {
+	switch x {
+	case AuthHMACSHA1_96:
+		return sha1.New
+	case AuthHMACSHA256_128:
+		return sha256.New
+	case AuthHMACSHA384_192:
+		return sha512.New384
+	case AuthHMACSHA512_256:
+		return sha512.New
+	}
+	return nil
 }
 
 // KeyLen is the HMAC key length used by ESP (RFC 2404, RFC 4868).

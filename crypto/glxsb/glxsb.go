@@ -22,8 +22,6 @@ import (
 	"crypto/aes"
 	"crypto/cipher"
 	"crypto/hmac"
-	"crypto/sha1"
-	"crypto/sha256"
 	"crypto/sha512"
 	"fmt"
 	"hash"
@@ -227,26 +225,12 @@ func (p *Provider) Stats() Stats {
 	}
 }
 
-func hashFor(a crypto.Auth) func() hash.Hash {
-	switch a {
-	case crypto.AuthHMACSHA1_96:
-		return sha1.New
-	case crypto.AuthHMACSHA256_128:
-		return sha256.New
-	case crypto.AuthHMACSHA384_192:
-		return sha512.New384
-	case crypto.AuthHMACSHA512_256:
-		return sha512.New
-	}
-	return nil
-}
-
 // NewSession creates an AES-128-CBC+HMAC session. The keys are copied.
 // It fails with crypto.ErrUnsupported for any other algorithm, with
 // crypto.ErrKeySize for bad keys, and with crypto.ErrDeviceGone or
 // crypto.ErrClosed when the device is dead or the provider closed.
 func (p *Provider) NewSession(sp crypto.SessionParams, done crypto.CompletionFunc) (crypto.Session, error) {
-	if sp.Alg.Cipher != crypto.CipherAESCBC || sp.Alg.KeyBits != 128 || hashFor(sp.Alg.Auth) == nil {
+	if sp.Alg.Cipher != crypto.CipherAESCBC || sp.Alg.KeyBits != 128 || sp.Alg.Auth.Hash() == nil {
 		return nil, fmt.Errorf("glxsb: %v: %w", sp.Alg, crypto.ErrUnsupported)
 	}
 	if err := sp.CheckParams(); err != nil {
@@ -272,7 +256,7 @@ func (p *Provider) NewSession(sp crypto.SessionParams, done crypto.CompletionFun
 		p:      p,
 		alg:    sp.Alg,
 		block:  block,
-		mac:    hmac.New(hashFor(sp.Alg.Auth), sp.AuthKey),
+		mac:    hmac.New(sp.Alg.Auth.Hash(), sp.AuthKey),
 		icvLen: sp.Alg.ICVLen(),
 		done:   done,
 	}, nil
