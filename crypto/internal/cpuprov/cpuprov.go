@@ -6,7 +6,10 @@
 //
 // Requests are processed synchronously inside Session.Submit, and the
 // session's CompletionFunc is called once per Submit, after processing and
-// before Submit returns, outside the session's lock. Steady-state
+// before Submit returns, outside the session's lock. Sessions also
+// implement crypto.SyncSession: ProcessSync processes a batch the same
+// way without calling the CompletionFunc, which lets a crypto.Binding
+// deliver it without its completion bookkeeping. Steady-state
 // processing does not allocate: CBC modes, HMAC states, nonces and scratch
 // buffers are per session and reused.
 package cpuprov
@@ -15,9 +18,6 @@ import (
 	"context"
 	"crypto/cipher"
 	"crypto/hmac"
-	"crypto/sha1"
-	"crypto/sha256"
-	"crypto/sha512"
 	"crypto/subtle"
 	"fmt"
 	"hash"
@@ -163,22 +163,9 @@ func (p *provider) NewSession(sp crypto.SessionParams, done crypto.CompletionFun
 		return nil, fmt.Errorf("%s: new session %v: %w", p.info.Name, sp.Alg, err)
 	}
 	if sp.Alg.Auth != crypto.AuthNone {
-		s.mac = hmac.New(hashFor(sp.Alg.Auth), sp.AuthKey)
+		s.mac = hmac.New(sp.Alg.Auth.Hash(), sp.AuthKey)
 	}
 	return s, nil
-}
-
-func hashFor(a crypto.Auth) func() hash.Hash {
-	switch a {
-	case crypto.AuthHMACSHA1_96:
-		return sha1.New
-	case crypto.AuthHMACSHA256_128:
-		return sha256.New
-	case crypto.AuthHMACSHA384_192:
-		return sha512.New384
-	default:
-		return sha512.New
-	}
 }
 
 type session struct {
@@ -418,8 +405,8 @@ func (s *session) cbcDecrypt(data, iv []byte) {
 }
 
 func (s *session) processAEAD(r *crypto.Request) {
-	// process checked len(r.IV) == 8: a fixed-size move, not a memmove
-	// call.
+	// process or processBatch checked len(r.IV) == 8: a fixed-size
+	// move, not a memmove call.
 	*(*[8]byte)(s.nonce[4:]) = [8]byte(r.IV)
 	n := len(r.Data)
 	if r.Dir == crypto.Encrypt {
