@@ -286,23 +286,32 @@ func (g *Gateway) readFailed(err error, consecutive *int, c *batchCounters) bool
 	return false
 }
 
+// newBatch allocates one loop's batch, once: BatchSize packets from a pool
+// of MaxSegment buffers (big enough for a GSO/GRO run), and the read slices
+// the I/O layer fills. The packets are reused for the life of the loop.
+func newBatch() (pkts []*ipsec.Packet, bufs [][]byte, sizes []int) {
+	pool := ipsec.NewPool(netio.MaxSegment)
+	pkts = make([]*ipsec.Packet, netio.BatchSize)
+	for i := range pkts {
+		pkts[i] = pool.Get()
+	}
+	return pkts, make([][]byte, len(pkts)), make([]int, len(pkts))
+}
+
+// releaseBatch returns a loop's packets to their pool.
+func releaseBatch(pkts []*ipsec.Packet) {
+	for _, p := range pkts {
+		p.Release()
+	}
+}
+
 // outbound is the TUN → engine → socket loop.
 func (g *Gateway) outbound() {
 	defer g.wg.Done()
 	// Buffers are big so that a GSO run can be coalesced into the spare
 	// capacity of its first packet (netio.Outer.Send).
-	pool := ipsec.NewPool(netio.MaxSegment)
-	pkts := make([]*ipsec.Packet, netio.BatchSize)
-	for i := range pkts {
-		pkts[i] = pool.Get()
-	}
-	defer func() {
-		for _, p := range pkts {
-			p.Release()
-		}
-	}()
-	bufs := make([][]byte, len(pkts))
-	sizes := make([]int, len(pkts))
+	pkts, bufs, sizes := newBatch()
+	defer releaseBatch(pkts)
 	send := make([][]byte, 0, len(pkts))
 	var c batchCounters
 	errs := 0
@@ -395,18 +404,8 @@ func frameOf(k netio.Kind) ipsec.Frame {
 // inbound is the socket → engine → TUN loop for one receiver.
 func (g *Gateway) inbound(r netio.Receiver) {
 	defer g.wg.Done()
-	pool := ipsec.NewPool(netio.MaxSegment)
-	pkts := make([]*ipsec.Packet, netio.BatchSize)
-	for i := range pkts {
-		pkts[i] = pool.Get()
-	}
-	defer func() {
-		for _, p := range pkts {
-			p.Release()
-		}
-	}()
-	bufs := make([][]byte, len(pkts))
-	sizes := make([]int, len(pkts))
+	pkts, bufs, sizes := newBatch()
+	defer releaseBatch(pkts)
 	srcs := make([]netip.AddrPort, len(pkts))
 	batch := make([]*ipsec.Packet, 0, len(pkts))
 	wbufs := make([][]byte, 0, len(pkts))

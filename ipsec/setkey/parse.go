@@ -337,6 +337,23 @@ func (p *parser) endpoint(field string) (endpoint, error) {
 	return e, nil
 }
 
+// endpoints parses "[-46n] src dst", the opening shared by add, delete,
+// spdadd and spddelete; what ("address" or "range") names the fields in
+// errors.
+func (p *parser) endpoints(what string) (src, dst endpoint, err error) {
+	fam, err := p.flags()
+	if err != nil {
+		return src, dst, err
+	}
+	if src, err = p.endpoint("source " + what); err != nil {
+		return src, dst, err
+	}
+	if dst, err = p.endpoint("destination " + what); err != nil {
+		return src, dst, err
+	}
+	return src, dst, p.checkFamily(fam, src, dst, what)
+}
+
 func (p *parser) checkFamily(fam family, src, dst endpoint, what string) error {
 	if src.addr.Is4() != dst.addr.Is4() {
 		return p.err(dst.tok, "destination "+what, "address family differs from source %s", what)
@@ -349,19 +366,8 @@ func (p *parser) checkFamily(fam family, src, dst endpoint, what string) error {
 
 // saHeader parses "[-46n] src dst esp|esp-udp spi" shared by add and delete.
 func (p *parser) saHeader(pos Pos) (*SA, error) {
-	fam, err := p.flags()
+	src, dst, err := p.endpoints("address")
 	if err != nil {
-		return nil, err
-	}
-	src, err := p.endpoint("source address")
-	if err != nil {
-		return nil, err
-	}
-	dst, err := p.endpoint("destination address")
-	if err != nil {
-		return nil, err
-	}
-	if err := p.checkFamily(fam, src, dst, "address"); err != nil {
 		return nil, err
 	}
 	for _, e := range []struct {
@@ -724,19 +730,8 @@ var upperSpecs = map[string]uint8{
 
 // spd parses spdadd (full=true) or spddelete (policy optional, ignored).
 func (p *parser) spd(pos Pos, full bool) (*spd.Policy, error) {
-	fam, err := p.flags()
+	src, dst, err := p.endpoints("range")
 	if err != nil {
-		return nil, err
-	}
-	src, err := p.endpoint("source range")
-	if err != nil {
-		return nil, err
-	}
-	dst, err := p.endpoint("destination range")
-	if err != nil {
-		return nil, err
-	}
-	if err := p.checkFamily(fam, src, dst, "range"); err != nil {
 		return nil, err
 	}
 	pol := &spd.Policy{Pos: fmt.Sprintf("%s:%d", pos.File, pos.Line)}
