@@ -220,3 +220,47 @@ spdadd 192.168.1.0/24 192.168.6.0/24 any -P out ipsec esp/tunnel/192.0.2.1-192.0
 		t.Errorf("full-MTU packet: %v/%v (tailroom should cover the trailer)", p.Verdict, p.Drop)
 	}
 }
+
+// TestInboundPadCheck covers the padding check for pad lengths 0 to 12
+// (the one-load fast check up to 8, the loop beyond): default padding
+// passes, any single wrong padding byte drops with DropBadPad.
+func TestInboundPadCheck(t *testing.T) {
+	e, _ := dropEngine(t, 64)
+	pool := NewPool(0)
+	seq := uint32(1)
+	try := func(pt []byte) (Verdict, DropReason) {
+		p := pool.Get()
+		defer p.Release()
+		p.SetData(ipv4(addrA, addrB, protoESP, sealGCM(spiTest, seq, pt)))
+		seq++
+		p.Frame = FrameIP
+		e.Inbound([]*Packet{p})
+		return p.Verdict, p.Drop
+	}
+	for pad := 0; pad <= 12; pad++ {
+		// An inner length that makes payload, padding and the two
+		// trailer bytes a multiple of 4.
+		n := 14
+		for (28+n+pad+2)%4 != 0 {
+			n++
+		}
+		inner := udpPacket(innerA, innerB, 1, 2, make([]byte, n))
+		mk := func() []byte {
+			pt := append([]byte(nil), inner...)
+			for i := 1; i <= pad; i++ {
+				pt = append(pt, byte(i))
+			}
+			return append(pt, byte(pad), protoIPIP)
+		}
+		if v, d := try(mk()); v != VerdictForward {
+			t.Errorf("pad %d: got %v/%v, want forward", pad, v, d)
+		}
+		for i := 0; i < pad; i++ {
+			bad := mk()
+			bad[len(inner)+i] ^= 0x10
+			if v, d := try(bad); v != VerdictDrop || d != DropBadPad {
+				t.Errorf("pad %d, byte %d wrong: got %v/%v, want drop/bad-pad", pad, i, v, d)
+			}
+		}
+	}
+}
