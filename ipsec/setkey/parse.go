@@ -133,6 +133,24 @@ func (p *parser) err(t token, field, format string, args ...any) *ParseError {
 }
 
 // expected builds "expected X, got Y".
+// algorithm reads the algorithm name that follows -E or -A and looks it up
+// in table. field names it in errors ("encryption algorithm"); known lists
+// the accepted names but the last, which is last. A name setkey knows but
+// Keel does not implement gets its own message.
+func algorithm[T any](p *parser, field string, table map[string]T, known, last string) (T, token, error) {
+	var zero T
+	v := p.next()
+	if v.kind == tokWord {
+		if a, ok := table[p.text(v)]; ok {
+			return a, v, nil
+		}
+		if unsupportedAlgs[p.text(v)] {
+			return zero, v, p.err(v, field, "%s is not supported, expected %s or %s", p.text(v), known, last)
+		}
+	}
+	return zero, v, p.expected(v, field, "an "+field+" ("+known+", "+last+")")
+}
+
 func (p *parser) expected(t token, field, what string) *ParseError {
 	return p.err(t, field, "expected %s, got %s", what, p.describe(t))
 }
@@ -615,16 +633,9 @@ func (p *parser) add(pos Pos) (sa *SA, err error) {
 				sa.SoftBytes = n
 			}
 		case "-E":
-			v := p.next()
-			if v.kind != tokWord {
-				return sa, p.expected(v, "encryption algorithm", "an encryption algorithm (rijndael-cbc, aes-cbc, aes-gcm-16, chacha20-poly1305, null)")
-			}
-			a, ok := encAlgs[p.text(v)]
-			if !ok {
-				if unsupportedAlgs[p.text(v)] {
-					return sa, p.err(v, "encryption algorithm", "%s is not supported, expected rijndael-cbc, aes-cbc, aes-gcm-16, chacha20-poly1305 or null", p.text(v))
-				}
-				return sa, p.expected(v, "encryption algorithm", "an encryption algorithm (rijndael-cbc, aes-cbc, aes-gcm-16, chacha20-poly1305, null)")
+			a, v, err := algorithm(p, "encryption algorithm", encAlgs, "rijndael-cbc, aes-cbc, aes-gcm-16, chacha20-poly1305", "null")
+			if err != nil {
+				return sa, err
 			}
 			enc, encTok = &a, v
 			k, kt, present, e := p.key("encryption key")
@@ -643,16 +654,9 @@ func (p *parser) add(pos Pos) (sa *SA, err error) {
 				sa.EncKey = nil
 			}
 		case "-A":
-			v := p.next()
-			if v.kind != tokWord {
-				return sa, p.expected(v, "authentication algorithm", "an authentication algorithm (hmac-sha1, hmac-sha2-256, hmac-sha2-384, hmac-sha2-512, null)")
-			}
-			a, ok := authAlgs[p.text(v)]
-			if !ok {
-				if unsupportedAlgs[p.text(v)] {
-					return sa, p.err(v, "authentication algorithm", "%s is not supported, expected hmac-sha1, hmac-sha2-256, hmac-sha2-384, hmac-sha2-512 or null", p.text(v))
-				}
-				return sa, p.expected(v, "authentication algorithm", "an authentication algorithm (hmac-sha1, hmac-sha2-256, hmac-sha2-384, hmac-sha2-512, null)")
+			a, v, err := algorithm(p, "authentication algorithm", authAlgs, "hmac-sha1, hmac-sha2-256, hmac-sha2-384, hmac-sha2-512", "null")
+			if err != nil {
+				return sa, err
 			}
 			auth, authTok, haveAuth = a, v, true
 			k, kt, present, e := p.key("authentication key")
