@@ -3,9 +3,9 @@ package glxsb
 import (
 	"context"
 	"errors"
-	"sync"
 
 	"github.com/keelinit/keel/crypto"
+	"github.com/keelinit/keel/crypto/internal/devslot"
 	"github.com/keelinit/keel/modules"
 )
 
@@ -17,22 +17,14 @@ const ModuleName = "glxsb"
 var errAlreadyLoaded = errors.New("glxsb: already loaded")
 
 // module is the package's single device slot: the provider of the loaded
-// module, set by newModuleProvider and cleared by releaseModuleProvider
+// module, filled by newModuleProvider and emptied by releaseModuleProvider
 // once crypto.ProviderModule has closed it.
-var module struct {
-	mu   sync.Mutex
-	opts Options
-	p    *Provider
-}
+var module devslot.Slot[Options, *Provider]
 
 // ConfigureModule sets the Options the module's Load hook uses for the
 // next load (Name is forced to ModuleName; OnFault is wired to the
 // framework). Call it before loading the module.
-func ConfigureModule(o Options) {
-	module.mu.Lock()
-	module.opts = o
-	module.mu.Unlock()
-}
+func ConfigureModule(o Options) { module.Configure(o) }
 
 func init() {
 	// crypto.ProviderModule closes the provider (stopping the emulated
@@ -50,34 +42,27 @@ func newModuleProvider(ctx context.Context) (crypto.Provider, error) {
 	if !ok {
 		return nil, crypto.ErrNoFramework
 	}
-	module.mu.Lock()
-	defer module.mu.Unlock()
-	if module.p != nil {
-		return nil, errAlreadyLoaded
-	}
-	o := module.opts
-	o.Name = ModuleName
-	user := o.OnFault
-	o.OnFault = func(err error) {
-		fw.ReportFault(ModuleName, err)
-		if user != nil {
-			user(err)
+	p, err := module.Fill(errAlreadyLoaded, func(o Options) (*Provider, error) {
+		o.Name = ModuleName
+		user := o.OnFault
+		o.OnFault = func(err error) {
+			fw.ReportFault(ModuleName, err)
+			if user != nil {
+				user(err)
+			}
 		}
-	}
-	p, err := New(o)
+		return New(o)
+	})
 	if err != nil {
 		return nil, err
 	}
-	module.p = p
 	return p, nil
 }
 
 // releaseModuleProvider empties the device slot once the module has
 // closed p.
 func releaseModuleProvider(p crypto.Provider) {
-	module.mu.Lock()
-	if module.p == p {
-		module.p = nil
+	if q, ok := p.(*Provider); ok {
+		module.Release(q)
 	}
-	module.mu.Unlock()
 }

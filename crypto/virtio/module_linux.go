@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/keelinit/keel/crypto"
+	"github.com/keelinit/keel/crypto/internal/devslot"
 	"github.com/keelinit/keel/modules"
 )
 
@@ -18,29 +19,17 @@ const ModuleName = "virtio"
 var errAlreadyLoaded = errors.New("virtio: already loaded")
 
 // module is the package's single device slot: the provider of the loaded
-// module, set by newModuleProvider and cleared by releaseModuleProvider
+// module, filled by newModuleProvider and emptied by releaseModuleProvider
 // once crypto.ProviderModule has closed it.
-var module struct {
-	mu   sync.Mutex
-	opts Options
-	p    *Provider
-}
+var module devslot.Slot[Options, *Provider]
 
 // ConfigureModule sets the Options the module's Load hook uses for the
 // next load (Name is forced to ModuleName; OnFault is wired to the
 // framework). Call it before loading the module.
-func ConfigureModule(o Options) {
-	module.mu.Lock()
-	module.opts = o
-	module.mu.Unlock()
-}
+func ConfigureModule(o Options) { module.Configure(o) }
 
 // ModuleProvider returns the provider of the loaded module, or nil.
-func ModuleProvider() *Provider {
-	module.mu.Lock()
-	defer module.mu.Unlock()
-	return module.p
-}
+func ModuleProvider() *Provider { return module.Current() }
 
 func init() {
 	// crypto.ProviderModule closes the provider (stopping the device
@@ -58,49 +47,46 @@ func newModuleProvider(ctx context.Context) (crypto.Provider, error) {
 	if !ok {
 		return nil, crypto.ErrNoFramework
 	}
-	module.mu.Lock()
-	defer module.mu.Unlock()
-	if module.p != nil {
-		return nil, errAlreadyLoaded
-	}
-	o := module.opts
-	o.Name = ModuleName
-	user := o.OnFault
-	var self *Provider
-	var selfMu sync.Mutex
-	o.OnFault = func(err error) {
-		// Fail over first, then drop the dead provider.
-		fw.ReportFault(ModuleName, err)
-		dctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		fw.Deregister(dctx, ModuleName)
+	p, err := module.Fill(errAlreadyLoaded, func(o Options) (*Provider, error) {
+		o.Name = ModuleName
+		user := o.OnFault
+		var self *Provider
+		var selfMu sync.Mutex
+		o.OnFault = func(err error) {
+			// Fail over first, then drop the dead provider.
+			fw.ReportFault(ModuleName, err)
+			dctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			fw.Deregister(dctx, ModuleName)
+			selfMu.Lock()
+			p := self
+			selfMu.Unlock()
+			if p != nil {
+				p.Close(dctx)
+			}
+			if user != nil {
+				user(err)
+			}
+		}
+		p, err := Start(ctx, o)
+		if err != nil {
+			return nil, err
+		}
 		selfMu.Lock()
-		p := self
+		self = p
 		selfMu.Unlock()
-		if p != nil {
-			p.Close(dctx)
-		}
-		if user != nil {
-			user(err)
-		}
-	}
-	p, err := Start(ctx, o)
+		return p, nil
+	})
 	if err != nil {
 		return nil, err
 	}
-	selfMu.Lock()
-	self = p
-	selfMu.Unlock()
-	module.p = p
 	return p, nil
 }
 
 // releaseModuleProvider empties the device slot once the module has
 // closed p.
 func releaseModuleProvider(p crypto.Provider) {
-	module.mu.Lock()
-	if module.p == p {
-		module.p = nil
+	if q, ok := p.(*Provider); ok {
+		module.Release(q)
 	}
-	module.mu.Unlock()
 }
