@@ -69,14 +69,20 @@ func newBenchPair(b *testing.B, xf int) *benchPair {
 	return bp
 }
 
+// getBatch takes benchBatch packets from pool.
+func getBatch(pool *Pool) []*Packet {
+	ps := make([]*Packet, benchBatch)
+	for i := range ps {
+		ps[i] = pool.Get()
+	}
+	return ps
+}
+
 func BenchmarkEncap(b *testing.B) {
 	for _, x := range benchXforms {
 		b.Run(x.name, func(b *testing.B) {
 			bp := newBenchPair(b, x.idx)
-			ps := make([]*Packet, benchBatch)
-			for i := range ps {
-				ps[i] = bp.pool.Get()
-			}
+			ps := getBatch(bp.pool)
 			b.SetBytes(benchBatch * benchSize)
 			b.ReportAllocs()
 			b.ResetTimer()
@@ -98,10 +104,7 @@ func BenchmarkDecap(b *testing.B) {
 	for _, x := range benchXforms {
 		b.Run(x.name, func(b *testing.B) {
 			bp := newBenchPair(b, x.idx)
-			ps := make([]*Packet, benchBatch)
-			for i := range ps {
-				ps[i] = bp.pool.Get()
-			}
+			ps := getBatch(bp.pool)
 			b.SetBytes(benchBatch * benchSize)
 			b.ReportAllocs()
 			b.ResetTimer()

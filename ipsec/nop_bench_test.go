@@ -45,10 +45,7 @@ func BenchmarkOverheadNoCrypto(b *testing.B) {
 	applyText(b, e, ca)
 	pool := NewPool(0)
 	plain := udpPacket(innerA, innerB, 1000, 2000, make([]byte, benchSize-28))
-	ps := make([]*Packet, benchBatch)
-	for i := range ps {
-		ps[i] = pool.Get()
-	}
+	ps := getBatch(pool)
 	const reps = 8
 	var tc, to time.Duration
 	for i := 0; i < b.N; i++ {
@@ -86,10 +83,7 @@ func BenchmarkOverheadNoCryptoWall(b *testing.B) {
 	applyText(b, e, ca)
 	pool := NewPool(0)
 	plain := udpPacket(innerA, innerB, 1000, 2000, make([]byte, benchSize-28))
-	ps := make([]*Packet, benchBatch)
-	for i := range ps {
-		ps[i] = pool.Get()
-	}
+	ps := getBatch(pool)
 	b.ReportAllocs()
 	for b.Loop() {
 		for _, p := range ps {
