@@ -3,7 +3,10 @@ package crypto_test
 import (
 	"context"
 	"encoding/binary"
+	"runtime/debug"
 	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -135,6 +138,16 @@ func BenchmarkLiveRebind(b *testing.B) {
 // without rebinding right after (the machine's noise floor). It reports
 // the median and the maximum over the rounds of each, and logs every
 // round's values (-v) for distributions across runs.
+//
+// Every window is also marked with whether a garbage collection cycle
+// ran during it (a cycle that ended between the window's start and
+// gcTail after its end; logged as a trailing "g"). Creating 1000 sessions
+// allocates about 1.8 MB, so cycles fall into rebind windows more often
+// than into the noise windows, and on 2 CPUs a cycle can keep a runnable
+// goroutine off the CPUs for a millisecond or more by itself (its
+// fractional mark worker preempts the goroutine, and a goroutine it
+// readies waits in that P's run queue). The metrics without-GC separate
+// the framework's effect from the collector's.
 func BenchmarkRebind1000(b *testing.B) {
 	const n, rounds = 1000, 10
 	for range b.N {
@@ -145,7 +158,7 @@ func BenchmarkRebind1000(b *testing.B) {
 		mustRegister(b, fw, aesni.New())
 		var (
 			mu        sync.Mutex
-			window    bool
+			inWindow  bool
 			maxGap    time.Duration
 			last      time.Time
 			delivered atomic.Int64
@@ -154,7 +167,7 @@ func BenchmarkRebind1000(b *testing.B) {
 			delivered.Add(int64(len(rs)))
 			now := time.Now()
 			mu.Lock()
-			if window && now.Sub(last) > maxGap {
+			if inWindow && now.Sub(last) > maxGap {
 				maxGap = now.Sub(last)
 			}
 			last = now
@@ -198,27 +211,34 @@ func BenchmarkRebind1000(b *testing.B) {
 		measure := func(f func()) (time.Duration, time.Duration) {
 			t0 := time.Now()
 			mu.Lock()
-			window, maxGap, last = true, 0, t0
+			inWindow, maxGap, last = true, 0, t0
 			mu.Unlock()
 			f()
 			end := time.Now()
 			mu.Lock()
-			window = false
+			inWindow = false
 			g := max(maxGap, end.Sub(last))
 			mu.Unlock()
 			return end.Sub(t0), g
 		}
-		var migrates, gaps, floors []time.Duration
+		var (
+			migrates, gaps, floors []time.Duration
+			gapWin, floorWin       []window
+		)
 		cur := aesni.Name
 		for range rounds {
 			time.Sleep(5 * time.Millisecond)
+			t0 := time.Now()
 			m, g := measure(func() {
 				if err := fw.Deregister(context.Background(), cur); err != nil {
 					b.Error(err)
 				}
 			})
+			t1 := time.Now()
 			_, fl := measure(func() { time.Sleep(m) })
 			migrates, gaps, floors = append(migrates, m), append(gaps, g), append(floors, fl)
+			gapWin = append(gapWin, window{start: t0, end: t0.Add(m), gap: g})
+			floorWin = append(floorWin, window{start: t1, end: t1.Add(m), gap: fl})
 			if cur == aesni.Name {
 				mustRegister(b, fw, aesni.New())
 				cur = "aesni-b"
@@ -234,6 +254,9 @@ func BenchmarkRebind1000(b *testing.B) {
 		}
 		stopped.Store(true)
 		<-done
+		time.Sleep(gcTail)
+		markGC(gapWin)
+		markGC(floorWin)
 		var pauses []time.Duration // per binding: its longest swap pause
 		for _, bd := range binds {
 			pauses = append(pauses, bd.Status().MaxSwapPause)
@@ -242,14 +265,16 @@ func BenchmarkRebind1000(b *testing.B) {
 		slices.Sort(pauses)
 		us := func(d time.Duration) float64 { return float64(d.Nanoseconds()) / 1e3 }
 		b.Logf("per round, µs: migrate %.0f", mapDur(migrates, us))
-		b.Logf("per round, µs: max gap %.0f", mapDur(gaps, us))
-		b.Logf("per round, µs: floor   %.0f", mapDur(floors, us))
+		b.Logf("per round, µs: max gap %s", fmtWindows(gapWin))
+		b.Logf("per round, µs: floor   %s", fmtWindows(floorWin))
 		b.ReportMetric(float64(pauses[len(pauses)/2].Nanoseconds()), "swap-pause-p50-ns")
 		b.ReportMetric(float64(pauses[len(pauses)*99/100].Nanoseconds()), "swap-pause-p99-ns")
 		b.ReportMetric(float64(pauses[len(pauses)-1].Nanoseconds()), "swap-pause-max-ns")
 		b.ReportMetric(us(median(migrates))/1000, "migrate-ms")
 		b.ReportMetric(us(median(gaps)), "max-gap-p50-µs")
 		b.ReportMetric(us(slices.Max(gaps)), "max-gap-max-µs")
+		b.ReportMetric(us(maxWithoutGC(gapWin)), "max-gap-max-noGC-µs")
+		b.ReportMetric(float64(countGC(gapWin)), "rounds-with-GC")
 		b.ReportMetric(us(median(floors)), "noise-p50-µs")
 		b.ReportMetric(us(slices.Max(floors)), "noise-max-µs")
 		b.ReportMetric(float64(sent-delivered.Load()), "lost")
@@ -262,4 +287,68 @@ func mapDur(d []time.Duration, f func(time.Duration) float64) []float64 {
 		out[i] = f(v)
 	}
 	return out
+}
+
+// window is one measurement window of BenchmarkRebind1000: its span, the
+// longest gap in it, and whether a GC cycle ran during it.
+type window struct {
+	start, end time.Time
+	gap        time.Duration
+	gc         bool
+}
+
+// gcTail bounds a GC cycle's length on the test machine (concurrent mark
+// phases there last 2-6 ms): a cycle that ran during a window ended
+// before the window's end plus gcTail.
+const gcTail = 15 * time.Millisecond
+
+// markGC marks the windows during which a GC cycle ran: a cycle ended
+// (debug.GCStats.PauseEnd: the end of each cycle's last stop-the-world
+// pause) between the window's start and gcTail after its end. A cycle
+// that ended shortly after a window without overlapping it marks it too:
+// the mark errs towards blaming the collector, in both kinds of window.
+func markGC(ws []window) {
+	var st debug.GCStats
+	debug.ReadGCStats(&st)
+	for i := range ws {
+		for _, e := range st.PauseEnd {
+			if !e.Before(ws[i].start) && e.Before(ws[i].end.Add(gcTail)) {
+				ws[i].gc = true
+				break
+			}
+		}
+	}
+}
+
+func maxWithoutGC(ws []window) time.Duration {
+	var m time.Duration
+	for _, w := range ws {
+		if !w.gc {
+			m = max(m, w.gap)
+		}
+	}
+	return m
+}
+
+func countGC(ws []window) int {
+	n := 0
+	for _, w := range ws {
+		if w.gc {
+			n++
+		}
+	}
+	return n
+}
+
+// fmtWindows formats the windows' gaps in µs, "g" marking those with a
+// GC cycle: [12 340g 25].
+func fmtWindows(ws []window) string {
+	parts := make([]string, len(ws))
+	for i, w := range ws {
+		parts[i] = strconv.FormatInt(w.gap.Microseconds(), 10)
+		if w.gc {
+			parts[i] += "g"
+		}
+	}
+	return "[" + strings.Join(parts, " ") + "]"
 }

@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/binary"
 	"fmt"
+	"slices"
 	"time"
 )
 
@@ -49,6 +50,17 @@ func (f *Framework) calibrate(ctx context.Context, p Provider, caps []Capability
 		return now.Add(end.Sub(now) / time.Duration(n))
 	}
 	timeout := f.selfTestTimeout()
+	// One set of buffers and requests for every point (a registration
+	// should not leave a megabyte of garbage for the next GC cycle, which
+	// would then run during the rebinds that follow it).
+	const maxICV = 64
+	buf := make([]byte, calibrationBatch*(slices.Max(CalibrationSizes[:])+maxICV))
+	ivs := make([]byte, calibrationBatch*16)
+	aad := make([]byte, 8)
+	reqs := make([]*Request, calibrationBatch)
+	for j := range reqs {
+		reqs[j] = new(Request)
+	}
 	for ci, c := range caps {
 		algEnd := share(deadline, len(caps)-ci)
 		var t [len(CalibrationSizes)]float64
@@ -69,13 +81,12 @@ func (f *Framework) calibrate(ctx context.Context, p Provider, caps []Capability
 			}
 			size -= size % c.Alg.BlockSize()
 			icv := c.Alg.ICVLen()
-			buf := make([]byte, calibrationBatch*(size+icv))
-			ivs := make([]byte, calibrationBatch*16)
-			aad := make([]byte, 8)
-			reqs := make([]*Request, calibrationBatch)
-			for j := range reqs {
+			if icv > maxICV {
+				return out, fmt.Sprintf("%v: calibration", c.Alg), fmt.Errorf("ICV of %d bytes: %w", icv, ErrInvalidRequest)
+			}
+			for j, r := range reqs {
 				d := buf[j*(size+icv):]
-				reqs[j] = &Request{Dir: Encrypt, Data: d[: size : size+icv], ICV: d[size : size+icv], AAD: aad, IV: ivs[j*16 : j*16+c.Alg.IVLen()]}
+				*r = Request{Dir: Encrypt, Data: d[: size : size+icv], ICV: d[size : size+icv], AAD: aad, IV: ivs[j*16 : j*16+c.Alg.IVLen()]}
 			}
 			// The best of a few rounds: one preemption of the measuring
 			// goroutine (a shared machine) must not decide the selection.

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"runtime"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -516,106 +515,6 @@ func (f *Framework) shouldMove(cur, target *provEntry, alg Algorithm) bool {
 		return true
 	}
 	return target.state.Load() == stOK && target.score(alg) > cur.score(alg)*(1+f.opts.Hysteresis)
-}
-
-// Migration tuning. A migration worker takes migrateChunk bindings at a
-// time: it first creates their new sessions (the expensive part: key
-// schedules, allocation), then swaps them in one after the other (a
-// pointer swap each, tens of nanoseconds, no allocation), then closes the
-// drained old sessions. While creating and closing it yields its CPU
-// every migrateSlice: on a machine whose CPUs are all busy, the kernel
-// would otherwise let the worker's thread run a whole scheduler slice
-// (1.5 ms with EEVDF on 2 CPUs) while a data-path thread waits for that
-// CPU, which stops traffic as surely as a lock would.
-const (
-	migrateChunk = 64
-	migrateSlice = 250 * time.Microsecond
-)
-
-// migrator paces one migration worker (see migrateSlice).
-type migrator struct{ since time.Time }
-
-// pace yields the CPU, to other goroutines and to other threads, if the
-// worker has run for migrateSlice since it last yielded.
-func (m *migrator) pace() {
-	if time.Since(m.since) < migrateSlice {
-		return
-	}
-	runtime.Gosched()
-	osYield()
-	m.since = time.Now()
-}
-
-// maintainAll moves every binding selected by want to the provider it
-// should be on (see Binding.move), with a few workers (session creation
-// may be a device round trip), and returns how many bindings moved. No
-// binding's traffic waits for another binding's session creation: the
-// data path takes no lock that a migration holds, except each binding's
-// own submission lock for the duration of its pointer swap.
-func (f *Framework) maintainAll(want func(*Binding) bool) int {
-	all := f.allBindings()
-	todo := all[:0]
-	for _, b := range all {
-		if want(b) {
-			todo = append(todo, b)
-		}
-	}
-	var (
-		next, moved atomic.Int64
-		wg          sync.WaitGroup
-	)
-	// Leave a P to the traffic.
-	chunks := (len(todo) + migrateChunk - 1) / migrateChunk
-	workers := min(chunks, 4, max(1, runtime.GOMAXPROCS(0)-1))
-	for range workers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			m := migrator{since: time.Now()}
-			var prep, retire [2 * migrateChunk]*bsess
-			for {
-				lo := int(next.Add(migrateChunk)) - migrateChunk
-				if lo >= len(todo) {
-					return
-				}
-				chunk := todo[lo:min(lo+migrateChunk, len(todo))]
-				for i, b := range chunk {
-					prep[i] = b.prepareMove()
-					m.pace()
-				}
-				nr := 0
-				for i, b := range chunk {
-					mv, old, unused := b.move(prep[i])
-					prep[i] = nil
-					if mv {
-						moved.Add(1)
-					}
-					if old != nil {
-						retire[nr] = old
-						nr++
-					}
-					if unused != nil {
-						retire[nr] = unused
-						nr++
-					}
-				}
-				if nr > 0 {
-					ctx, cancel := context.WithTimeout(context.Background(), f.opts.CloseTimeout)
-					for i := range nr {
-						f.retire(retire[i], ctx)
-						retire[i] = nil
-						m.pace()
-					}
-					cancel()
-				}
-				for _, b := range chunk {
-					b.flushRetry()
-				}
-			}
-		}()
-	}
-	wg.Wait()
-	return int(moved.Load())
 }
 
 func (f *Framework) allBindings() []*Binding {
