@@ -181,6 +181,32 @@ type batch struct {
 	reqs    []*crypto.Request
 	run     []*Packet
 	rng     *rand.ChaCha8
+	// in4 is the SA of the last inbound run of plain IPv4 ESP packets
+	// that used this batch (with the SAD snapshot it was found in): the
+	// next Inbound call on the same snapshot starts with it, so that its
+	// first packet takes the fast path too.
+	in4 struct {
+		tab  *sadTable
+		s    *sa
+		spi  uint32
+		dst4 [4]byte
+	}
+	// out4 is Outbound's flow state at the end of the last call that used
+	// this batch: the last simple IPv4 flow (its 5-tuple bytes and header)
+	// and the SA and mode it went out on, with the SPD generation and SAD
+	// snapshot its policy and SA were selected in. The next Outbound call
+	// starts with it while both are unchanged and the SA is still mature
+	// (so that lookupOut would select it again). A pooled batch may keep a
+	// replaced SAD snapshot (and its SAs, keys already zeroed) reachable
+	// until its next use or until the pool drops it.
+	out4 struct {
+		gen    uint64
+		tab    *sadTable
+		k0, k1 uint64
+		h      ipHeader
+		s      *sa
+		tunnel bool
+	}
 }
 
 var rngPool = sync.Pool{New: func() any {
@@ -273,8 +299,14 @@ func (e *Engine) submit(b *batch, s *sa, reqs []*crypto.Request) {
 // completer returns the CompletionFunc of SA s.
 func (e *Engine) completer(s *sa) crypto.CompletionFunc {
 	return func(done []*crypto.Request) {
+		// The SPD generation before any policy lookup of this batch
+		// (finishInner): see polCache.
+		gen := e.spd.Generation()
+		var pc polCache
+		loaded := false
 		// Pass 1: the replay window update for verified inbound packets,
-		// under the SA lock taken once per completion batch.
+		// under the SA lock taken once per completion batch, which also
+		// reads the SA's policy decision.
 		if s.win != nil {
 			locked := false
 			for _, r := range done {
@@ -291,15 +323,27 @@ func (e *Engine) completer(s *sa) crypto.CompletionFunc {
 				}
 			}
 			if locked {
+				if s.inPol.gen == gen {
+					pc = s.inPol
+				}
+				loaded = true
 				s.mu.Unlock()
 			}
 		}
+		if !loaded && len(done) > 0 && done[0].Dir == crypto.Decrypt {
+			s.mu.Lock()
+			if s.inPol.gen == gen {
+				pc = s.inPol
+			}
+			s.mu.Unlock()
+		}
+		pc.gen = gen
+		pc0 := pc
 		// Pass 2: finish each packet; release each batch's waiter once
 		// per run of its packets.
 		var inN, inB, outN, outB int
 		var cur *batch
 		udp6 := s.cfg.Proto == setkey.ProtoESPUDP && s.cfg.Dst.Addr().Is6() // finishOut sets the UDP checksum
-		var pc polCache
 		k := int64(0)
 		for _, r := range done {
 			p := r.User.(*Packet)
@@ -331,6 +375,11 @@ func (e *Engine) completer(s *sa) crypto.CompletionFunc {
 		if outN > 0 {
 			e.outPkts.Add(uint64(outN))
 			e.outBytes.Add(uint64(outB))
+		}
+		if pc != pc0 && pc.valid {
+			s.mu.Lock()
+			s.inPol = pc
+			s.mu.Unlock()
 		}
 		if inN > 0 {
 			s.accountIn(inN, inB)

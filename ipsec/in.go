@@ -5,6 +5,7 @@ import (
 	"net/netip"
 
 	"github.com/keelinit/keel/crypto"
+	"github.com/keelinit/keel/ipsec/replay"
 	"github.com/keelinit/keel/ipsec/spd"
 )
 
@@ -36,24 +37,165 @@ func (e *Engine) Inbound(pkts []*Packet) {
 	}
 	b := e.getBatch()
 	tab := e.sad.Load()
-	var runSA *sa
+	var run inRun
+	if c := &b.in4; c.tab == tab && c.s.usable() {
+		s := c.s
+		run = inRun{s: s, w: s.win, esn: s.cfg.ESN, ivLen: s.ivLen, icvLen: s.icvLen, fast4: true, spi: c.spi, dst4: c.dst4}
+	}
 	var sc saCache
 	for _, p := range pkts {
 		p.Verdict, p.Drop, p.SPI, p.Seq = VerdictDrop, DropNone, 0, 0
 		p.l4off, p.espoff, p.l3len, p.nhoff, p.v6, p.tunnel = 0, 0, 0, 0, false, false
 		p.b, p.sa = b, nil
+		if run.fast4 && e.inFast4(b, p, &run) {
+			continue
+		}
+		// The general path runs without the SA lock: it may look up the
+		// SAD and the SPD.
+		if run.locked {
+			run.s.mu.Unlock()
+			run.locked = false
+		}
 		s := e.parseIn(p, tab, &sc)
 		if s == nil {
 			continue
 		}
-		if s != runSA {
-			e.flushIn(b, runSA)
-			runSA = s
+		if s != run.s {
+			e.flushIn(b, &run)
+			run = inRun{s: s, w: s.win, esn: s.cfg.ESN, ivLen: s.ivLen, icvLen: s.icvLen}
 		}
-		b.run = append(b.run, p)
+		// Later plain IPv4 packets of this SA (not ESP in UDP) take
+		// inFast4 while the run lasts.
+		run.fast4 = p.l3len == 20 && p.Frame == FrameIP && !sc.udp && !p.v6
+		if run.fast4 {
+			run.spi, run.dst4 = sc.spi, sc.dst.As4()
+		}
+		if run.w != nil && !run.locked {
+			s.mu.Lock()
+			run.locked = true
+		}
+		e.queueIn(b, p, &run)
 	}
-	e.flushIn(b, runSA)
+	e.flushIn(b, &run)
+	if run.fast4 {
+		b.in4.tab, b.in4.s, b.in4.spi, b.in4.dst4 = tab, run.s, run.spi, run.dst4
+	}
 	e.wait(b)
+}
+
+// inRun is the pending run of inbound packets of one SA: their requests
+// are set up (b.reqs) and go to the SA's binding as one batch. While the
+// run lasts, its SA's lock is held (locked) for the replay checks, except
+// on the general path.
+type inRun struct {
+	s             *sa
+	w             *replay.Window // s.win
+	esn, locked   bool
+	fast4         bool   // spi and dst4 identify the SA for inFast4
+	spi           uint32 // the SA's SPI
+	dst4          [4]byte
+	ivLen, icvLen int
+}
+
+// inFast4 is parseIn and queueIn for the common case: a plain IPv4 ESP
+// packet (no options, not a fragment, FrameIP) of the run's SA, identified
+// by SPI and destination without the SAD. The SA's state was checked when
+// the run started (parseIn, or batch.in4 at the start of the call).
+// inFast4 reports false, changing nothing, when p is not such a packet:
+// the general path then takes it.
+func (e *Engine) inFast4(b *batch, p *Packet, run *inRun) bool {
+	if p.Frame != FrameIP {
+		return false
+	}
+	d := p.buf[p.off:p.end]
+	if len(d) < 28 || d[0] != 0x45 || d[9] != protoESP || binary.BigEndian.Uint16(d[6:])&0x3fff != 0 ||
+		[4]byte(d[16:20]) != run.dst4 || binary.BigEndian.Uint32(d[20:24]) != run.spi {
+		return false
+	}
+	tot := int(binary.BigEndian.Uint16(d[2:]))
+	if tot < 28 || tot > len(d) {
+		return false
+	}
+	s := run.s
+	ct := tot - 20 - 8 - run.ivLen - run.icvLen
+	if ct < 4 || ct&(s.block-1) != 0 || ct&3 != 0 { // block is a power of two
+		return false
+	}
+	p.end = p.off + tot
+	p.Src = netip.AddrPortFrom(netip.AddrFrom4([4]byte(d[12:16])), 0)
+	p.Dst = netip.AddrPortFrom(netip.AddrFrom4(run.dst4), 0)
+	p.espoff = p.off + 20
+	p.l3len, p.nhoff = 20, 9
+	p.SPI = run.spi
+	p.sa = s
+	w := run.w
+	if w == nil || run.esn {
+		if !run.locked && w != nil {
+			s.mu.Lock()
+			run.locked = true
+		}
+		e.queueIn(b, p, run)
+		return true
+	}
+	// queueIn without ESN, inline.
+	if !run.locked {
+		s.mu.Lock()
+		run.locked = true
+	}
+	seq := uint64(binary.BigEndian.Uint32(d[24:28]))
+	p.Seq = seq
+	if !w.Check(seq) {
+		p.sa = nil
+		e.drop(p, s, DropReplay)
+		return true
+	}
+	esp := d[20:tot]
+	n := len(esp)
+	iv, icv := run.ivLen, run.icvLen
+	r := &p.req
+	setReq(r, p, crypto.Decrypt, esp[8+iv:n-icv], esp[n-icv:n], esp[8:8+iv])
+	r.AAD = esp[:8]
+	b.reqs = append(b.reqs, r)
+	return true
+}
+
+// queueIn runs the replay check of p (RFC 4303 section 3.4.3, before the
+// ICV; the run's SA lock held when the SA has a window) and sets up its
+// decrypt request, or drops p as a replay.
+func (e *Engine) queueIn(b *batch, p *Packet, run *inRun) {
+	esp := p.buf[p.espoff:p.end]
+	seql := binary.BigEndian.Uint32(esp[4:8])
+	seq := uint64(seql)
+	ok := seq != 0
+	if w := run.w; w != nil {
+		if run.esn {
+			seq = w.Infer(seql)
+		}
+		ok = w.Check(seq)
+	}
+	p.Seq = seq
+	if !ok {
+		p.sa = nil
+		e.drop(p, run.s, DropReplay)
+		return
+	}
+	n := len(esp)
+	iv, icv := run.ivLen, run.icvLen
+	r := &p.req
+	setReq(r, p, crypto.Decrypt, esp[8+iv:n-icv], esp[n-icv:n], esp[8:8+iv])
+	r.AAD = esp[:8]
+	if run.esn {
+		s := run.s
+		if s.aead {
+			put32(p.aad[0:], s.cfg.SPI)
+			put64(p.aad[4:], p.Seq)
+			r.AAD = p.aad[:12]
+		} else {
+			put32(p.trailer[:], uint32(p.Seq>>32))
+			r.AuthTrailer = p.trailer[:]
+		}
+	}
+	b.reqs = append(b.reqs, r)
 }
 
 // saCache remembers the last inbound SA lookup of a batch: consecutive
@@ -224,71 +366,20 @@ func allUse(pol *spd.Policy) bool {
 	return true
 }
 
-// flushIn runs the replay check for the pending run of SA s (one lock for
-// the run), sets up the decrypt requests and submits them as one batch.
-func (e *Engine) flushIn(b *batch, s *sa) {
-	run := b.run
-	if len(run) == 0 {
+// flushIn ends the pending run: it releases the SA lock and submits the
+// run's requests as one batch.
+func (e *Engine) flushIn(b *batch, run *inRun) {
+	if run.locked {
+		run.s.mu.Unlock()
+		run.locked = false
+	}
+	reqs := b.reqs
+	if len(reqs) == 0 {
 		return
 	}
-	// One pass: the replay check (RFC 4303 section 3.4.3, before the
-	// ICV; one lock for the run) and the request set-up.
-	w, esn := s.win, s.cfg.ESN
-	if w != nil {
-		s.mu.Lock()
-	}
-	reqs := b.reqs[:0]
-	replayed := false
-	for _, p := range run {
-		esp := p.buf[p.espoff:p.end]
-		seql := binary.BigEndian.Uint32(esp[4:8])
-		seq := uint64(seql)
-		ok := seq != 0
-		if w != nil {
-			if esn {
-				seq = w.Infer(seql)
-			}
-			ok = w.Check(seq)
-		}
-		p.Seq = seq
-		if !ok {
-			p.sa = nil
-			replayed = true
-			continue
-		}
-		n := len(esp)
-		r := &p.req
-		setReq(r, p, crypto.Decrypt, esp[8+s.ivLen:n-s.icvLen], esp[n-s.icvLen:n], esp[8:8+s.ivLen])
-		if esn {
-			if s.aead {
-				put32(p.aad[0:], s.cfg.SPI)
-				put64(p.aad[4:], p.Seq)
-				r.AAD = p.aad[:12]
-			} else {
-				r.AAD = esp[:8]
-				put32(p.trailer[:], uint32(p.Seq>>32))
-				r.AuthTrailer = p.trailer[:]
-			}
-		} else {
-			r.AAD = esp[:8]
-		}
-		reqs = append(reqs, r)
-	}
-	if w != nil {
-		s.mu.Unlock()
-	}
-	if replayed {
-		for _, p := range run {
-			if p.sa == nil {
-				e.drop(p, s, DropReplay)
-			}
-		}
-	}
-	e.submit(b, s, reqs)
+	e.submit(b, run.s, reqs)
 	clear(reqs)
 	b.reqs = reqs[:0]
-	clear(run)
-	b.run = run[:0]
 }
 
 // finishIn completes an inbound packet after the crypto. The replay
@@ -442,7 +533,7 @@ func (e *Engine) finishInner(p *Packet, s *sa, pc *polCache, nh uint8, ps, pe in
 	f := flowOf(d, &h)
 	pol, ok := e.spd.Lookup(spd.DirIn, f)
 	ok = ok && policyAllows(pol, s, tunnel)
-	*pc = polCache{valid: simple, tunnel: tunnel, k0: k0, k1: k1, ok: ok}
+	*pc = polCache{gen: pc.gen, valid: simple, tunnel: tunnel, k0: k0, k1: k1, ok: ok}
 	if !ok {
 		e.drop(p, s, DropPolicy)
 		return false
@@ -452,9 +543,12 @@ func (e *Engine) finishInner(p *Packet, s *sa, pc *polCache, nh uint8, ps, pe in
 }
 
 // polCache remembers the inbound policy decision for the last simple
-// IPv4 flow within one completion batch of one SA (the SPD cannot change
-// the SA's decision mid-batch in a way a batch boundary would not).
+// IPv4 flow of an SA: within one completion batch (the SPD cannot change
+// the SA's decision mid-batch in a way a batch boundary would not), and
+// across batches (sa.inPol) while the SPD generation is gen, read before
+// the policy lookup that made the decision.
 type polCache struct {
+	gen               uint64
 	valid, tunnel, ok bool
 	k0, k1            uint64
 }

@@ -51,6 +51,14 @@ func (e *Engine) Outbound(pkts []*Packet) {
 		flowSA     *sa
 		flowTunnel bool
 	)
+	// The SPD generation is read before any policy lookup of this call:
+	// a decision saved under it was made on that generation or a later
+	// one, which a later call then no longer matches.
+	gen := e.spd.Generation()
+	if c := &b.out4; c.tab == tab && c.gen == gen && c.s.state.Load() == stateMature {
+		lastK0, lastK1, lastH, haveKey = c.k0, c.k1, c.h, true
+		flowSA, flowTunnel = c.s, c.tunnel
+	}
 	for _, p := range pkts {
 		p.Verdict, p.Drop, p.SPI, p.Seq = VerdictDrop, DropNone, 0, 0
 		p.l4off, p.espoff = 0, 0
@@ -59,7 +67,8 @@ func (e *Engine) Outbound(pkts []*Packet) {
 		var h *ipHeader
 		if haveKey && len(d) >= 24 && d[0] == 0x45 {
 			// Same 5-tuple bytes as the previous simple IPv4 packet of
-			// this batch: reuse its parse, flow and policy.
+			// this call (or of the last call on this batch, see
+			// batch.out4): reuse its parse, flow and policy.
 			k0, k1 := key4(d)
 			tot := int(binary.BigEndian.Uint16(d[2:]))
 			if k0 == lastK0 && k1 == lastK1 && binary.BigEndian.Uint16(d[6:])&0x3fff == 0 && tot >= 24 && tot <= len(d) {
@@ -176,6 +185,11 @@ func (e *Engine) Outbound(pkts []*Packet) {
 		b.run = append(b.run, p)
 	}
 	e.flushOut(b, runSA)
+	if c := &b.out4; flowSA != nil {
+		c.gen, c.tab, c.k0, c.k1, c.h, c.s, c.tunnel = gen, tab, lastK0, lastK1, lastH, flowSA, flowTunnel
+	} else {
+		c.s, c.tab = nil, nil
+	}
 	e.wait(b)
 }
 

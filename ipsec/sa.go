@@ -96,6 +96,11 @@ type sa struct {
 	hdr6    [40]byte
 
 	closeOnce sync.Once
+
+	// inPol is the inbound policy decision the last completion batch of
+	// the SA ended with (guarded by mu): the next one starts with it if
+	// the SPD generation is unchanged.
+	inPol polCache
 }
 
 func fingerprint(key []byte, c *saConfig) [32]byte {
