@@ -104,8 +104,9 @@ func (f *Framework) maintainAll(want func(*Binding) bool) int {
 // sessions and resubmits pending retries.
 func (f *Framework) migrateChunk(chunk []*Binding, p *migrator) int {
 	var (
-		prep, retire [2 * migrateChunk]*bsess
-		moved, nr    int
+		prep      [migrateChunk]*bsess
+		retire    [2 * migrateChunk]*bsess // old and unused sessions
+		moved, nr int
 	)
 	for i, b := range chunk {
 		prep[i] = b.prepareMove()
