@@ -167,8 +167,9 @@ func PutRequest(r *Request) {
 
 // CompletionFunc receives completed requests. A provider calls it from any
 // goroutine, with each submitted request exactly once, in any order and in
-// batches of any size; the slice is only valid during the call. It must not
-// block for long.
+// batches of any size; the slice is only valid during the call, and the
+// function must not modify it (it may be the submitter's own slice). It
+// must not block for long.
 type CompletionFunc func(done []*Request)
 
 // Kind classifies a provider.

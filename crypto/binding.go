@@ -372,18 +372,13 @@ func (b *Binding) submitDirect(w *bsess, reqs []*Request) (int, bool) {
 }
 
 // deliverDirect delivers a batch processed by submitDirect, of which
-// failed requests failed as malformed, in chunks of b.out, counts it and
-// releases the delivery right. smu not held.
+// failed requests failed as malformed, counts it and releases the
+// delivery right. smu not held. The CompletionFunc gets the submitter's
+// own slice (submitDirect capped it at the ring size), without a copy:
+// it may not modify the slice, and it is valid for the call.
 func (b *Binding) deliverDirect(batch []*Request, failed uint64) {
 	n := uint64(len(batch))
-	for len(batch) > 0 {
-		out := b.out[:0]
-		k := min(len(batch), cap(out))
-		out = append(out, batch[:k]...)
-		batch = batch[k:]
-		b.done(out)
-		clear(out)
-	}
+	b.done(batch)
 	b.direct.Add(n)
 	if failed > 0 {
 		b.failed.Add(failed)

@@ -179,7 +179,6 @@ type batch struct {
 	pending atomic.Int64
 	done    chan struct{}
 	reqs    []*crypto.Request
-	run     []*Packet
 	rng     *rand.ChaCha8
 	// in4 is the SA of the last inbound run of plain IPv4 ESP packets
 	// that used this batch (with the SAD snapshot it was found in): the
@@ -235,8 +234,6 @@ func (e *Engine) wait(b *batch) {
 	}
 	clear(b.reqs)
 	b.reqs = b.reqs[:0]
-	clear(b.run)
-	b.run = b.run[:0]
 	e.batches.Put(b)
 }
 

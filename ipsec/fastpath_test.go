@@ -6,6 +6,8 @@ import (
 	"net/netip"
 	"testing"
 	"unsafe"
+
+	"github.com/keelinit/keel/crypto"
 )
 
 // bufOffset returns where x starts in p's buffer (-1: not inside it).
@@ -336,7 +338,7 @@ func TestEncapTunnel4MatchesGeneric(t *testing.T) {
 					if d := e.encapTunnel4(fast, s, h.tclass, nh); d != DropNone {
 						t.Fatal(d)
 					}
-					e.setSeq(fast, s, seq)
+					setSeqTunnel4([]*crypto.Request{&fast.req}, s, seq)
 					gr, fr := &gen.req, &fast.req
 					// The ICV space after the trailer is written by the
 					// crypto, not here: it holds the buffer's old bytes.

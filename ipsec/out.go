@@ -87,10 +87,10 @@ func (e *Engine) Outbound(pkts []*Packet) {
 						continue
 					}
 					if s != runSA || flowTunnel != runTunnel {
-						e.flushOut(b, runSA)
+						e.flushOut(b, runSA, runTunnel)
 						runSA, runTunnel = s, flowTunnel
 					}
-					b.run = append(b.run, p)
+					b.reqs = append(b.reqs, &p.req)
 					continue
 				}
 			}
@@ -179,12 +179,12 @@ func (e *Engine) Outbound(pkts []*Packet) {
 			flowSA, flowTunnel = s, tunnel
 		}
 		if s != runSA || tunnel != runTunnel {
-			e.flushOut(b, runSA)
+			e.flushOut(b, runSA, runTunnel)
 			runSA, runTunnel = s, tunnel
 		}
-		b.run = append(b.run, p)
+		b.reqs = append(b.reqs, &p.req)
 	}
-	e.flushOut(b, runSA)
+	e.flushOut(b, runSA, runTunnel)
 	if c := &b.out4; flowSA != nil {
 		c.gen, c.tab, c.k0, c.k1, c.h, c.s, c.tunnel = gen, tab, lastK0, lastK1, lastH, flowSA, flowTunnel
 	} else {
@@ -193,32 +193,36 @@ func (e *Engine) Outbound(pkts []*Packet) {
 	e.wait(b)
 }
 
-// flushOut assigns sequence numbers to the pending run of SA s and submits
-// it as one crypto batch.
-func (e *Engine) flushOut(b *batch, s *sa) {
-	run := b.run
-	if len(run) == 0 {
+// flushOut assigns sequence numbers to the pending run of SA s (b.reqs,
+// the requests of packets encapsulated in the given mode) and submits it
+// as one crypto batch.
+func (e *Engine) flushOut(b *batch, s *sa, tunnel bool) {
+	reqs := b.reqs
+	if len(reqs) == 0 {
 		return
 	}
-	first, ok := s.reserve(len(run))
-	reqs := b.reqs[:0]
+	first, ok := s.reserve(len(reqs))
 	bytes := 0
-	for i, p := range run[:ok] {
-		e.setSeq(p, s, first+uint64(i))
-		bytes += p.bytes
-		reqs = append(reqs, &p.req)
+	if tunnel && s.fast4 && !s.cfg.ESN && e.testIV == nil {
+		// Every packet of the run has encapTunnel4's layout, with its
+		// condition decided once per run.
+		bytes = setSeqTunnel4(reqs[:ok], s, first)
+	} else {
+		for i, r := range reqs[:ok] {
+			p := r.User.(*Packet)
+			e.setSeq(p, s, first+uint64(i))
+			bytes += p.bytes
+		}
 	}
-	for _, p := range run[ok:] {
-		e.drop(p, s, DropSeqOverflow)
+	for _, r := range reqs[ok:] {
+		e.drop(r.User.(*Packet), s, DropSeqOverflow)
 	}
-	if len(reqs) > 0 {
-		s.accountOut(len(reqs), bytes)
+	if ok > 0 {
+		s.accountOut(ok, bytes)
 	}
-	e.submit(b, s, reqs)
+	e.submit(b, s, reqs[:ok])
 	clear(reqs)
 	b.reqs = reqs[:0]
-	clear(run)
-	b.run = run[:0]
 }
 
 // encap builds ESP around p in place, except the sequence-dependent
@@ -345,11 +349,11 @@ func (e *Engine) encapTunnel4(p *Packet, s *sa, tclass, nh uint8) DropReason {
 		return DropNoRoom
 	}
 	// Trailer: default padding 1, 2, 3 (RFC 4303 section 2.4), pad
-	// length, next header.
-	t := buf[end:ctEnd]
-	for i := range pad {
-		t[i] = byte(i + 1)
-	}
+	// length, next header. One 4-byte store writes the padding (pad <=
+	// 3); the bytes past the trailer it also writes are in the ICV's
+	// place (tailEnd >= end+18), which the seal overwrites.
+	t := (*[5]byte)(buf[end : end+5])
+	binary.LittleEndian.PutUint32(t[:4], 0x04030201)
 	t[pad], t[pad+1] = byte(pad), nh
 	o := (*[hdr]byte)(buf[start:off])
 	*(*[20]byte)(o[:20]) = s.hdr4
@@ -371,25 +375,36 @@ func (e *Engine) encapTunnel4(p *Packet, s *sa, tclass, nh uint8) DropReason {
 	return DropNone
 }
 
-// setSeq writes the sequence number and what depends on it: the ESP
-// sequence field, the AEAD IV (= the 64-bit counter, unique by
-// construction), the AAD / ESN trailer and the outer IPv4 ID.
-func (e *Engine) setSeq(p *Packet, s *sa, seq uint64) {
-	if p.tunnel && s.fast4 && !s.cfg.ESN && e.testIV == nil {
-		// encapTunnel4's layout: outer IPv4 | SPI | seq | IV; the AAD
-		// (SPI, seq) is already set.
+// setSeqTunnel4 is setSeq for a run of packets built by encapTunnel4
+// (without ESN and the test IV hook), given by their requests, numbered
+// from first on: outer IPv4 | SPI | seq | IV, the AAD (SPI, seq) already
+// set up. It writes the sequence field, the IV (= seq) and the outer ID
+// (= the low 16 bits of seq) with the checksum updated from the SA
+// template's, and returns the packets' inner bytes.
+func setSeqTunnel4(reqs []*crypto.Request, s *sa, first uint64) (bytes int) {
+	spi, sum0 := s.cfg.SPI, s.hdr4Sum
+	for i, r := range reqs {
+		p := r.User.(*Packet)
+		seq := first + uint64(i)
 		h := (*[36]byte)(p.buf[p.off : p.off+36])
 		put32(h[24:], uint32(seq))
 		put64(h[28:], seq)
 		id := uint16(seq)
 		binary.BigEndian.PutUint16(h[4:], id)
-		sum := s.hdr4Sum + uint32(h[1]) + uint32(binary.BigEndian.Uint16(h[2:])) + uint32(id)
+		sum := sum0 + uint32(h[1]) + uint32(binary.BigEndian.Uint16(h[2:])) + uint32(id)
 		sum = sum&0xffff + sum>>16
 		sum = sum&0xffff + sum>>16
 		binary.BigEndian.PutUint16(h[10:], ^uint16(sum))
-		p.SPI, p.Seq = s.cfg.SPI, seq
-		return
+		p.SPI, p.Seq = spi, seq
+		bytes += p.bytes
 	}
+	return bytes
+}
+
+// setSeq writes the sequence number and what depends on it: the ESP
+// sequence field, the AEAD IV (= the 64-bit counter, unique by
+// construction), the AAD / ESN trailer and the outer IPv4 ID.
+func (e *Engine) setSeq(p *Packet, s *sa, seq uint64) {
 	buf := p.buf
 	esp := buf[p.espoff:]
 	put32(esp[4:], uint32(seq))
