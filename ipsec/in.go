@@ -44,12 +44,14 @@ func (e *Engine) Inbound(pkts []*Packet) {
 	}
 	var sc saCache
 	for _, p := range pkts {
-		p.Verdict, p.Drop, p.SPI, p.Seq = VerdictDrop, DropNone, 0, 0
-		p.l4off, p.espoff, p.l3len, p.nhoff, p.v6, p.tunnel = 0, 0, 0, 0, false, false
-		p.b, p.sa = b, nil
+		p.Verdict, p.Drop, p.b = VerdictDrop, DropNone, b
+		p.l4off, p.v6, p.tunnel = 0, false, false
+		// inFast4 sets the other per-packet fields when it takes p.
 		if run.fast4 && e.inFast4(b, p, &run) {
 			continue
 		}
+		p.SPI, p.Seq, p.sa = 0, 0, nil
+		p.espoff, p.l3len, p.nhoff = 0, 0, 0
 		// The general path runs without the SA lock: it may look up the
 		// SAD and the SPD.
 		if run.locked {
@@ -409,11 +411,9 @@ func (e *Engine) finishIn(p *Packet, s *sa, r *crypto.Request, pc *polCache) boo
 		return false
 	}
 	// RFC 4303 section 2.4: default padding is 1, 2, 3, ...
-	for i, c := range buf[ctEnd-2-pad : ctEnd-2] {
-		if int(c) != i+1 {
-			e.drop(p, s, DropBadPad)
-			return false
-		}
+	if !defaultPadding(buf, ctEnd-2, pad) {
+		e.drop(p, s, DropBadPad)
+		return false
 	}
 	ps, pe := ctStart, ctEnd-2-pad
 	if nh == protoNoNext {
@@ -444,6 +444,38 @@ func (e *Engine) finishIn(p *Packet, s *sa, r *crypto.Request, pc *polCache) boo
 		}
 	}
 	return e.finishInner(p, s, pc, nh, ps, pe, tunnel)
+}
+
+// padPattern[n] is n bytes of default padding (1, 2, ..., n) as the low
+// bytes of a big-endian uint64, for n <= 8.
+var padPattern = func() (t [9]uint64) {
+	for n := 1; n <= 8; n++ {
+		for i := 1; i <= n; i++ {
+			t[n] = t[n]<<8 | uint64(i)
+		}
+	}
+	return t
+}()
+
+// defaultPadding reports whether the pad bytes before buf[end] are the
+// default padding 1, 2, ..., pad (RFC 4303 section 2.4). The caller
+// checked that they lie after the ESP header and IV, so at least 16 bytes
+// of buf precede end: up to 8 bytes of padding (all of AES-GCM's,
+// ChaCha's and most of CBC's) are checked with one load.
+func defaultPadding(buf []byte, end, pad int) bool {
+	if pad <= 8 && end >= 8 {
+		v := binary.BigEndian.Uint64(buf[end-8 : end])
+		if pad < 8 {
+			v &= 1<<(8*pad) - 1
+		}
+		return v == padPattern[pad]
+	}
+	for i, c := range buf[end-pad : end] {
+		if int(c) != i+1 {
+			return false
+		}
+	}
+	return true
 }
 
 // finishInner is finishIn past the trailer, off the fast path: it parses

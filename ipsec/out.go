@@ -60,9 +60,10 @@ func (e *Engine) Outbound(pkts []*Packet) {
 		flowSA, flowTunnel = c.s, c.tunnel
 	}
 	for _, p := range pkts {
-		p.Verdict, p.Drop, p.SPI, p.Seq = VerdictDrop, DropNone, 0, 0
-		p.l4off, p.espoff = 0, 0
-		p.b, p.sa = b, nil
+		// A packet that is encapsulated gets the other per-packet fields
+		// (sa, l4off, espoff, SPI, Seq) from encap and setSeq; one that
+		// is not has them reset before its verdict.
+		p.Verdict, p.Drop, p.b = VerdictDrop, DropNone, b
 		d := p.buf[p.off:p.end]
 		var h *ipHeader
 		if haveKey && len(d) >= 24 && d[0] == 0x45 {
@@ -83,6 +84,7 @@ func (e *Engine) Outbound(pkts []*Packet) {
 						dr = e.encap(p, s, h, flowTunnel)
 					}
 					if dr != DropNone {
+						p.clearOut()
 						e.drop(p, s, dr)
 						continue
 					}
@@ -96,6 +98,7 @@ func (e *Engine) Outbound(pkts []*Packet) {
 			}
 		}
 		flowSA = nil
+		p.clearOut()
 		if h == nil {
 			h = &cur
 			if !parseIPInto(d, h) {
@@ -191,6 +194,13 @@ func (e *Engine) Outbound(pkts []*Packet) {
 		c.s, c.tab = nil, nil
 	}
 	e.wait(b)
+}
+
+// clearOut resets the per-packet fields that Outbound sets when it
+// encapsulates p.
+func (p *Packet) clearOut() {
+	p.SPI, p.Seq, p.sa = 0, 0, nil
+	p.l4off, p.espoff = 0, 0
 }
 
 // flushOut assigns sequence numbers to the pending run of SA s (b.reqs,
