@@ -125,15 +125,18 @@ func (p *Packet) Data() []byte { return p.buf[p.off:p.end] }
 // Len returns len(p.Data()).
 func (p *Packet) Len() int { return p.end - p.off }
 
-// Reset empties the packet, clears its metadata and restores the full
+// Reset empties the packet, clears its metadata (bounds, Frame, Src, Dst
+// and the results of the last Outbound or Inbound) and restores the full
 // headroom.
 func (p *Packet) Reset() {
 	p.off, p.end = Headroom, Headroom
 	p.Frame = FrameIP
 	p.Src, p.Dst = netip.AddrPort{}, netip.AddrPort{}
 	p.Verdict, p.Drop, p.SPI, p.Seq = VerdictDrop, DropNone, 0, 0
-	p.l4off, p.espoff, p.l3len, p.v6, p.tunnel, p.nhoff = 0, 0, 0, false, false, 0
-	p.sa, p.b, p.bytes = nil, nil, 0
+	// The engine-private fields are set by Outbound and Inbound before
+	// they are read, and the accessors that read them after a call
+	// (IPPayload, ESP) check Verdict first: resetting them here would
+	// only add stores to every received packet.
 }
 
 // ReadBuffer returns the space a reader may fill (after the headroom, up
