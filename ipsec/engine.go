@@ -293,96 +293,118 @@ func (e *Engine) submit(b *batch, s *sa, reqs []*crypto.Request) {
 	}
 }
 
-// completer returns the CompletionFunc of SA s.
+// completer returns the CompletionFunc of SA s. A completion batch holds
+// the SA's encryptions (Outbound), its decryptions (Inbound), or both when
+// one SA serves both directions: each run of one direction is finished
+// by completeOut or completeIn.
 func (e *Engine) completer(s *sa) crypto.CompletionFunc {
 	return func(done []*crypto.Request) {
-		// The SPD generation before any policy lookup of this batch
-		// (finishInner): see polCache.
-		gen := e.spd.Generation()
-		var pc polCache
-		loaded := false
-		// Pass 1: the replay window update for verified inbound packets,
-		// under the SA lock taken once per completion batch, which also
-		// reads the SA's policy decision.
-		if s.win != nil {
-			locked := false
-			for _, r := range done {
-				if r.Dir != crypto.Decrypt || r.Status != crypto.StatusOK {
-					continue
-				}
-				if !locked {
-					s.mu.Lock()
-					locked = true
-				}
-				p := r.User.(*Packet)
-				if !s.win.Update(p.Seq) {
-					p.Drop = DropReplay
-				}
+		for len(done) > 0 {
+			dir := done[0].Dir
+			n := 1
+			for n < len(done) && done[n].Dir == dir {
+				n++
 			}
-			if locked {
-				if s.inPol.gen == gen {
-					pc = s.inPol
-				}
-				loaded = true
-				s.mu.Unlock()
+			if dir == crypto.Encrypt {
+				e.completeOut(s, done[:n])
+			} else {
+				e.completeIn(s, done[:n])
 			}
+			done = done[n:]
 		}
-		if !loaded && len(done) > 0 && done[0].Dir == crypto.Decrypt {
-			s.mu.Lock()
-			if s.inPol.gen == gen {
-				pc = s.inPol
-			}
-			s.mu.Unlock()
+	}
+}
+
+// finishRun releases the waiters of the batches whose packets the
+// completion held: cur is the batch of the current run of packets, k
+// how many of them were finished.
+type finishRun struct {
+	cur *batch
+	k   int64
+}
+
+// add counts p, releasing the previous batch's run if p belongs to
+// another batch.
+func (f *finishRun) add(p *Packet) {
+	if b := p.b; b != f.cur {
+		if f.cur != nil {
+			f.cur.finish(f.k)
 		}
-		pc.gen = gen
-		pc0 := pc
-		// Pass 2: finish each packet; release each batch's waiter once
-		// per run of its packets.
-		var inN, inB, outN, outB int
-		var cur *batch
-		udp6 := s.cfg.Proto == setkey.ProtoESPUDP && s.cfg.Dst.Addr().Is6() // finishOut sets the UDP checksum
-		k := int64(0)
-		for _, r := range done {
-			p := r.User.(*Packet)
-			if b := p.b; b != cur {
-				if cur != nil {
-					cur.finish(k)
-				}
-				cur, k = b, 0
-			}
-			if r.Dir == crypto.Encrypt {
-				if r.Status == crypto.StatusOK && !udp6 {
-					// finishOut's common case, inline.
-					p.Verdict = VerdictForward
-					outN++
-					outB += p.end - p.off
-				} else if e.finishOut(p, s, r) {
-					outN++
-					outB += p.Len()
-				}
-			} else if e.finishIn(p, s, r, &pc) {
-				inN++
-				inB += p.bytes
-			}
-			k++
+		f.cur, f.k = b, 0
+	}
+	f.k++
+}
+
+// flush releases the last run.
+func (f *finishRun) flush() {
+	if f.cur != nil {
+		f.cur.finish(f.k)
+	}
+}
+
+// completeOut finishes sealed outbound packets of SA s.
+func (e *Engine) completeOut(s *sa, done []*crypto.Request) {
+	var fr finishRun
+	var n, bytes int
+	udp6 := s.cfg.Proto == setkey.ProtoESPUDP && s.cfg.Dst.Addr().Is6() // finishOut sets the UDP checksum
+	for _, r := range done {
+		p := r.User.(*Packet)
+		fr.add(p)
+		if r.Status == crypto.StatusOK && !udp6 {
+			// finishOut's common case, inline.
+			p.Verdict = VerdictForward
+			n++
+			bytes += p.end - p.off
+		} else if e.finishOut(p, s, r) {
+			n++
+			bytes += p.Len()
 		}
-		if cur != nil {
-			cur.finish(k)
+	}
+	fr.flush()
+	if n > 0 {
+		e.outPkts.Add(uint64(n))
+		e.outBytes.Add(uint64(bytes))
+	}
+}
+
+// completeIn finishes opened inbound packets of SA s: the replay window
+// update for each verified packet (RFC 4303 section 3.4.3: only after the
+// ICV verified), then finishIn. The SA lock is held once for the whole
+// run: it covers the window and the SA's policy decision (sa.inPol).
+func (e *Engine) completeIn(s *sa, done []*crypto.Request) {
+	// The SPD generation before any policy lookup of this run
+	// (finishInner): see polCache.
+	gen := e.spd.Generation()
+	s.mu.Lock()
+	var pc polCache
+	if s.inPol.gen == gen {
+		pc = s.inPol
+	}
+	pc.gen = gen
+	pc0 := pc
+	var fr finishRun
+	var n, bytes int
+	w := s.win
+	for _, r := range done {
+		p := r.User.(*Packet)
+		fr.add(p)
+		if w != nil && r.Status == crypto.StatusOK && !w.Update(p.Seq) {
+			p.Drop = DropReplay
 		}
-		if outN > 0 {
-			e.outPkts.Add(uint64(outN))
-			e.outBytes.Add(uint64(outB))
+		if e.finishIn(p, s, r, &pc) {
+			n++
+			bytes += p.bytes
 		}
-		if pc != pc0 && pc.valid {
-			s.mu.Lock()
-			s.inPol = pc
-			s.mu.Unlock()
-		}
-		if inN > 0 {
-			s.accountIn(inN, inB)
-			e.inPkts.Add(uint64(inN))
-			e.inBytes.Add(uint64(inB))
-		}
+	}
+	if pc != pc0 && pc.valid {
+		s.inPol = pc
+	}
+	s.mu.Unlock()
+	fr.flush()
+	if n > 0 {
+		s.accountIn(n, bytes)
+		e.inPkts.Add(uint64(n))
+		e.inBytes.Add(uint64(bytes))
 	}
 }
 
