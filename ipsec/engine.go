@@ -388,7 +388,7 @@ func (e *Engine) completeIn(s *sa, done []*crypto.Request) {
 	for _, r := range done {
 		p := r.User.(*Packet)
 		fr.add(p)
-		if w != nil && r.Status == crypto.StatusOK && !w.Update(p.Seq) {
+		if w != nil && r.Status == crypto.StatusOK && !w.Advance(p.Seq) && !w.Update(p.Seq) {
 			p.Drop = DropReplay
 		}
 		if e.finishIn(p, s, r, &pc) {

@@ -3,6 +3,7 @@ package replay
 import (
 	"bufio"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -279,6 +280,43 @@ func BenchmarkCheckUpdate(b *testing.B) {
 		s++
 		if w.Check(s) {
 			w.Update(s)
+		}
+	}
+}
+
+// TestAdvanceMatchesUpdate: Advance, with Update as its fallback, leaves
+// a window in the state Update alone does (top, and the bitmap of a
+// window with a size), for in-order,
+// block-crossing, late, duplicate and out-of-window sequence numbers.
+func TestAdvanceMatchesUpdate(t *testing.T) {
+	for _, size := range []int{0, 1, 64, 200, 4096} {
+		a, _ := New(size, false)
+		u, _ := New(size, false)
+		x := uint64(777)
+		var top uint64
+		for i := 0; i < 50000; i++ {
+			x = x*6364136223846793005 + 1442695040888963407
+			var seq uint64
+			switch x >> 61 {
+			case 0, 1, 2, 3:
+				seq = top + 1
+			case 4:
+				seq = top + 1 + (x>>32)%130
+			case 5:
+				seq = top - (x>>32)%uint64(size+70)
+			default:
+				seq = top
+			}
+			if i%1000 == 999 {
+				seq = a.max + (x>>40)%2 // at and past the limit
+			}
+			got := a.Advance(seq) || a.Update(seq)
+			want := u.Update(seq)
+			// A size-0 window's bits are never read (Advance may set them).
+			if got != want || a.top != u.top || (size > 0 && !slices.Equal(a.blocks, u.blocks)) {
+				t.Fatalf("size %d step %d seq %d: got %v want %v, top %d vs %d", size, i, seq, got, want, a.top, u.top)
+			}
+			top = u.top
 		}
 	}
 }
