@@ -43,13 +43,17 @@ func (e *Engine) Inbound(pkts []*Packet) {
 		run = inRun{s: s, w: s.win, esn: s.cfg.ESN, ivLen: s.ivLen, icvLen: s.icvLen, fast4: true, spi: c.spi, dst4: c.dst4}
 	}
 	var sc saCache
-	for _, p := range pkts {
+	for i := 0; i < len(pkts); {
+		if run.fast4 {
+			i += e.inFast4(b, pkts[i:], &run)
+			if i == len(pkts) {
+				break
+			}
+		}
+		p := pkts[i]
+		i++
 		p.Verdict, p.Drop, p.b = VerdictDrop, DropNone, b
 		p.l4off, p.v6, p.tunnel = 0, false, false
-		// inFast4 sets the other per-packet fields when it takes p.
-		if run.fast4 && e.inFast4(b, p, &run) {
-			continue
-		}
 		p.SPI, p.Seq, p.sa = 0, 0, nil
 		p.espoff, p.l3len, p.nhoff = 0, 0, 0
 		// The general path runs without the SA lock: it may look up the
@@ -99,66 +103,69 @@ type inRun struct {
 	ivLen, icvLen int
 }
 
-// inFast4 is parseIn and queueIn for the common case: a plain IPv4 ESP
-// packet (no options, not a fragment, FrameIP) of the run's SA, identified
-// by SPI and destination without the SAD. The SA's state was checked when
-// the run started (parseIn, or batch.in4 at the start of the call).
-// inFast4 reports false, changing nothing, when p is not such a packet:
-// the general path then takes it.
-func (e *Engine) inFast4(b *batch, p *Packet, run *inRun) bool {
-	if p.Frame != FrameIP {
-		return false
-	}
-	d := p.buf[p.off:p.end]
-	if len(d) < 28 || d[0] != 0x45 || d[9] != protoESP || binary.BigEndian.Uint16(d[6:])&0x3fff != 0 ||
-		[4]byte(d[16:20]) != run.dst4 || binary.BigEndian.Uint32(d[20:24]) != run.spi {
-		return false
-	}
-	tot := int(binary.BigEndian.Uint16(d[2:]))
-	if tot < 28 || tot > len(d) {
-		return false
-	}
-	s := run.s
-	ct := tot - 20 - 8 - run.ivLen - run.icvLen
-	if ct < 4 || ct&(s.block-1) != 0 || ct&3 != 0 { // block is a power of two
-		return false
-	}
-	p.end = p.off + tot
-	p.Src = netip.AddrPortFrom(netip.AddrFrom4([4]byte(d[12:16])), 0)
-	p.Dst = netip.AddrPortFrom(netip.AddrFrom4(run.dst4), 0)
-	p.espoff = p.off + 20
-	p.l3len, p.nhoff = 20, 9
-	p.SPI = run.spi
-	p.sa = s
-	w := run.w
-	if w == nil || run.esn {
+// inFast4 is parseIn and queueIn for the common case: plain IPv4 ESP
+// packets (no options, not fragments, FrameIP) of the run's SA,
+// identified by SPI and destination without the SAD. The SA's state was
+// checked when the run started (parseIn, or batch.in4 at the start of the
+// call). It takes packets from the start of pkts while they are such
+// packets, and returns how many it took; the first one it does not take
+// is left unchanged for the general path.
+func (e *Engine) inFast4(b *batch, pkts []*Packet, run *inRun) int {
+	s, w := run.s, run.w
+	iv, icv := run.ivLen, run.icvLen
+	for i, p := range pkts {
+		if j := i + prefetchAhead; j < len(pkts) {
+			b.pf ^= pkts[j].head()
+		}
+		if p.Frame != FrameIP {
+			return i
+		}
+		d := p.buf[p.off:p.end]
+		if len(d) < 28 || d[0] != 0x45 || d[9] != protoESP || binary.BigEndian.Uint16(d[6:])&0x3fff != 0 ||
+			[4]byte(d[16:20]) != run.dst4 || binary.BigEndian.Uint32(d[20:24]) != run.spi {
+			return i
+		}
+		tot := int(binary.BigEndian.Uint16(d[2:]))
+		if tot < 28 || tot > len(d) {
+			return i
+		}
+		ct := tot - 20 - 8 - iv - icv
+		if ct < 4 || ct&(s.block-1) != 0 || ct&3 != 0 { // block is a power of two
+			return i
+		}
+		p.Verdict, p.Drop, p.b = VerdictDrop, DropNone, b
+		p.l4off, p.v6, p.tunnel = 0, false, false
+		p.end = p.off + tot
+		p.Src = netip.AddrPortFrom(netip.AddrFrom4([4]byte(d[12:16])), 0)
+		p.Dst = netip.AddrPortFrom(netip.AddrFrom4(run.dst4), 0)
+		p.espoff = p.off + 20
+		p.l3len, p.nhoff = 20, 9
+		p.SPI = run.spi
+		p.sa = s
 		if !run.locked && w != nil {
 			s.mu.Lock()
 			run.locked = true
 		}
-		e.queueIn(b, p, run)
-		return true
+		if w == nil || run.esn {
+			e.queueIn(b, p, run)
+			continue
+		}
+		// queueIn without ESN, inline.
+		seq := uint64(binary.BigEndian.Uint32(d[24:28]))
+		p.Seq = seq
+		if !w.Check(seq) {
+			p.sa = nil
+			e.drop(p, s, DropReplay)
+			continue
+		}
+		esp := d[20:tot]
+		n := len(esp)
+		r := &p.req
+		setReq(r, p, crypto.Decrypt, esp[8+iv:n-icv], esp[n-icv:n], esp[8:8+iv])
+		r.AAD = esp[:8]
+		b.reqs = append(b.reqs, r)
 	}
-	// queueIn without ESN, inline.
-	if !run.locked {
-		s.mu.Lock()
-		run.locked = true
-	}
-	seq := uint64(binary.BigEndian.Uint32(d[24:28]))
-	p.Seq = seq
-	if !w.Check(seq) {
-		p.sa = nil
-		e.drop(p, s, DropReplay)
-		return true
-	}
-	esp := d[20:tot]
-	n := len(esp)
-	iv, icv := run.ivLen, run.icvLen
-	r := &p.req
-	setReq(r, p, crypto.Decrypt, esp[8+iv:n-icv], esp[n-icv:n], esp[8:8+iv])
-	r.AAD = esp[:8]
-	b.reqs = append(b.reqs, r)
-	return true
+	return len(pkts)
 }
 
 // queueIn runs the replay check of p (RFC 4303 section 3.4.3, before the

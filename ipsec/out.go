@@ -59,7 +59,10 @@ func (e *Engine) Outbound(pkts []*Packet) {
 		lastK0, lastK1, lastH, haveKey = c.k0, c.k1, c.h, true
 		flowSA, flowTunnel = c.s, c.tunnel
 	}
-	for _, p := range pkts {
+	for i, p := range pkts {
+		if j := i + prefetchAhead; j < len(pkts) {
+			b.pf ^= pkts[j].head()
+		}
 		// A packet that is encapsulated gets the other per-packet fields
 		// (sa, l4off, espoff, SPI, Seq) from encap and setSeq; one that
 		// is not has them reset before its verdict.
