@@ -35,6 +35,7 @@ const stackStride = 97
 // [0, stackPositions). shiftFrame's frame is an odd multiple of 8 bytes
 // (56 on amd64 with Go 1.26), so k·frame mod 4096 takes every multiple of
 // 8 once as k runs over [0, 512): TestStackShiftCoversPage checks it.
+//
 //go:noinline
 func stackShift(k int, f func()) {
 	if k > 0 {
