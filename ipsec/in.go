@@ -40,7 +40,8 @@ func (e *Engine) Inbound(pkts []*Packet) {
 	var run inRun
 	if c := &b.in4; c.tab == tab && c.s.usable() {
 		s := c.s
-		run = inRun{s: s, w: s.win, esn: s.cfg.ESN, ivLen: s.ivLen, icvLen: s.icvLen, fast4: true, spi: c.spi, dst4: c.dst4}
+		run = inRun{s: s, w: s.win, esn: s.cfg.ESN, ivLen: s.ivLen, icvLen: s.icvLen}
+		run.setFast4(c.spi, c.dst4)
 	}
 	var sc saCache
 	for i := 0; i < len(pkts); {
@@ -72,9 +73,8 @@ func (e *Engine) Inbound(pkts []*Packet) {
 		}
 		// Later plain IPv4 packets of this SA (not ESP in UDP) take
 		// inFast4 while the run lasts.
-		run.fast4 = p.l3len == 20 && p.Frame == FrameIP && !sc.udp && !p.v6
-		if run.fast4 {
-			run.spi, run.dst4 = sc.spi, sc.dst.As4()
+		if p.l3len == 20 && p.Frame == FrameIP && !sc.udp && !p.v6 {
+			run.setFast4(sc.spi, sc.dst.As4())
 		}
 		if run.w != nil && !run.locked {
 			s.mu.Lock()
@@ -101,7 +101,34 @@ type inRun struct {
 	spi           uint32 // the SA's SPI
 	dst4          [4]byte
 	ivLen, icvLen int
+	// For inFast4: key is bytes 16..23 of the SA's packets (destination
+	// address, SPI) as a little-endian word; ctMask the low bits a
+	// ciphertext length must not have (block and 4-byte alignment).
+	key    uint64
+	ctMask int
 }
+
+// setFast4 makes later plain IPv4 ESP packets to dst4 with this SPI take
+// inFast4 while the run lasts.
+func (run *inRun) setFast4(spi uint32, dst4 [4]byte) {
+	run.fast4, run.spi, run.dst4 = true, spi, dst4
+	var k [8]byte
+	copy(k[:4], dst4[:])
+	binary.BigEndian.PutUint32(k[4:], spi)
+	run.key = binary.LittleEndian.Uint64(k[:])
+	run.ctMask = (run.s.block - 1) | 3 // block is a power of two
+}
+
+// IPv4 header bytes 0..7 as a little-endian word: the fast paths require
+// version 4 with a 20-byte header (byte 0) and no fragment offset or MF
+// flag (bytes 6 and 7, under 0x3fff); inFast4 also protocol ESP (byte 9,
+// the second byte of bytes 8..15).
+const (
+	ip4Word0Mask = 0xff | 0x3f<<48 | 0xff<<56
+	ip4Word0Want = 0x45
+	ip4Word1Mask = 0xff << 8
+	ip4Word1ESP  = protoESP << 8
+)
 
 // inFast4 is parseIn and queueIn for the common case: plain IPv4 ESP
 // packets (no options, not fragments, FrameIP) of the run's SA,
@@ -113,30 +140,38 @@ type inRun struct {
 func (e *Engine) inFast4(b *batch, pkts []*Packet, run *inRun) int {
 	s, w := run.s, run.w
 	iv, icv := run.ivLen, run.icvLen
+	aead := iv == 8 && icv == 16 // AES-GCM, ChaCha20-Poly1305
+	reqs := b.reqs
 	for i, p := range pkts {
 		if j := i + prefetchAhead; j < len(pkts) {
 			b.pf ^= pkts[j].head()
 		}
 		if p.Frame != FrameIP {
+			b.reqs = reqs
 			return i
 		}
 		d := p.buf[p.off:p.end]
-		if len(d) < 28 || d[0] != 0x45 || d[9] != protoESP || binary.BigEndian.Uint16(d[6:])&0x3fff != 0 ||
-			[4]byte(d[16:20]) != run.dst4 || binary.BigEndian.Uint32(d[20:24]) != run.spi {
+		if len(d) < 28 {
+			b.reqs = reqs
 			return i
 		}
-		tot := int(binary.BigEndian.Uint16(d[2:]))
-		if tot < 28 || tot > len(d) {
+		h := (*[28]byte)(d)
+		if binary.LittleEndian.Uint64(h[0:8])&ip4Word0Mask != ip4Word0Want ||
+			binary.LittleEndian.Uint64(h[8:16])&ip4Word1Mask != ip4Word1ESP ||
+			binary.LittleEndian.Uint64(h[16:24]) != run.key {
+			b.reqs = reqs
 			return i
 		}
+		tot := int(h[2])<<8 | int(h[3])
 		ct := tot - 20 - 8 - iv - icv
-		if ct < 4 || ct&(s.block-1) != 0 || ct&3 != 0 { // block is a power of two
+		if tot > len(d) || ct < 4 || ct&run.ctMask != 0 {
+			b.reqs = reqs
 			return i
 		}
 		p.Verdict, p.Drop, p.b = VerdictDrop, DropNone, b
 		p.l4off, p.v6, p.tunnel = 0, false, false
 		p.end = p.off + tot
-		p.Src = netip.AddrPortFrom(netip.AddrFrom4([4]byte(d[12:16])), 0)
+		p.Src = netip.AddrPortFrom(netip.AddrFrom4([4]byte(h[12:16])), 0)
 		p.Dst = netip.AddrPortFrom(netip.AddrFrom4(run.dst4), 0)
 		p.espoff = p.off + 20
 		p.l3len, p.nhoff = 20, 9
@@ -147,24 +182,39 @@ func (e *Engine) inFast4(b *batch, pkts []*Packet, run *inRun) int {
 			run.locked = true
 		}
 		if w == nil || run.esn {
+			b.reqs = reqs
 			e.queueIn(b, p, run)
+			reqs = b.reqs
 			continue
 		}
 		// queueIn without ESN, inline.
-		seq := uint64(binary.BigEndian.Uint32(d[24:28]))
+		seq := uint64(binary.BigEndian.Uint32(h[24:28]))
 		p.Seq = seq
 		if !w.Check(seq) {
 			p.sa = nil
 			e.drop(p, s, DropReplay)
 			continue
 		}
+		// The request, as setReq would set it up (Status and Err are
+		// set by the framework on submission).
 		esp := d[20:tot]
-		n := len(esp)
 		r := &p.req
-		setReq(r, p, crypto.Decrypt, esp[8+iv:n-icv], esp[n-icv:n], esp[8:8+iv])
-		r.AAD = esp[:8]
-		b.reqs = append(b.reqs, r)
+		r.Dir = crypto.Decrypt
+		if aead {
+			r.AAD, r.IV, r.Data, r.ICV = esp[:8], esp[8:16], esp[16:16+ct], esp[16+ct:]
+		} else {
+			r.AAD, r.IV, r.Data, r.ICV = esp[:8], esp[8:8+iv], esp[8+iv:8+iv+ct], esp[8+iv+ct:]
+			if iv == 0 {
+				r.IV = nil
+			}
+		}
+		r.AuthTrailer = nil
+		if u, _ := r.User.(*Packet); u != p {
+			r.User = p
+		}
+		reqs = append(reqs, r)
 	}
+	b.reqs = reqs
 	return len(pkts)
 }
 
@@ -395,62 +445,66 @@ func (e *Engine) flushIn(b *batch, run *inRun) {
 // window was already updated (pass 1 of the completer), which set Drop to
 // DropReplay for a packet that lost a race with its duplicate.
 func (e *Engine) finishIn(p *Packet, s *sa, r *crypto.Request, pc *polCache) bool {
-	switch r.Status {
-	case crypto.StatusOK:
-	case crypto.StatusAuthFailed:
-		e.drop(p, s, DropAuth)
-		return false
-	default:
-		e.drop(p, s, DropCrypto)
+	if r.Status != crypto.StatusOK || p.Drop == DropReplay {
+		e.finishFailed(p, s, r)
 		return false
 	}
-	if p.Drop == DropReplay {
-		e.drop(p, s, DropReplay)
-		return false
-	}
-	buf := p.buf
-	ctStart := p.espoff + 8 + s.ivLen
-	ctEnd := p.end - s.icvLen
-	nh := buf[ctEnd-1]
-	pad := int(buf[ctEnd-2])
-	if pad+2 > ctEnd-ctStart {
+	// The plaintext between the IV and the ICV: parseIn (or inFast4)
+	// checked that it lies in the buffer and is at least 4 bytes.
+	ct := p.buf[p.espoff+8+s.ivLen : p.end-s.icvLen]
+	n := len(ct)
+	if n < 2 {
 		e.drop(p, s, DropBadPad)
 		return false
 	}
+	nh, pad := ct[n-1], int(ct[n-2])
 	// RFC 4303 section 2.4: default padding is 1, 2, 3, ...
-	if !defaultPadding(buf, ctEnd-2, pad) {
+	if pad+2 > n || !defaultPadding(ct, n-2, pad) {
 		e.drop(p, s, DropBadPad)
 		return false
 	}
-	ps, pe := ctStart, ctEnd-2-pad
 	if nh == protoNoNext {
 		e.drop(p, s, DropDummy)
 		return false
 	}
-	tunnel := s.cfg.Mode == spd.ModeTunnel ||
-		(s.cfg.Mode == spd.ModeAny && (nh == protoIPIP || nh == protoIPv6))
-	if tunnel && nh == protoIPIP && pe-ps >= 24 && buf[ps] == 0x45 {
-		// Fast path: a simple inner IPv4 header (no options, not a
-		// fragment) of a flow whose policy decision this completion
-		// batch already made.
-		d := buf[ps:pe]
-		tot := int(binary.BigEndian.Uint16(d[2:]))
-		if tot >= 24 && tot <= len(d) && binary.BigEndian.Uint16(d[6:])&0x3fff == 0 && pc.valid && pc.tunnel {
-			k0, k1 := key4(d)
-			if pc.k0 == k0 && pc.k1 == k1 {
-				p.off, p.end = ps, ps+tot
-				p.tunnel = true
-				p.bytes = tot
+	pl := ct[:n-2-pad]
+	if nh == protoIPIP && (s.inTunnel || s.inAny) && len(pl) >= 24 && pc.valid && pc.tunnel {
+		// Fast path: a tunnel-mode packet with a simple inner IPv4
+		// header (no options, not a fragment) of the flow whose policy
+		// decision this completion batch already made.
+		h := (*[24]byte)(pl)
+		tot := int(h[2])<<8 | int(h[3])
+		if binary.LittleEndian.Uint64(h[0:8])&ip4Word0Mask == ip4Word0Want && tot >= 24 && tot <= len(pl) {
+			if k0, k1 := key4(h[:]); pc.k0 == k0 && pc.k1 == k1 {
 				if !pc.ok {
 					e.drop(p, s, DropPolicy)
 					return false
 				}
+				ps := p.espoff + 8 + s.ivLen
+				p.off, p.end = ps, ps+tot
+				p.tunnel = true
+				p.bytes = tot
 				p.Verdict = VerdictForward
 				return true
 			}
 		}
 	}
-	return e.finishInner(p, s, pc, nh, ps, pe, tunnel)
+	ps := p.espoff + 8 + s.ivLen
+	tunnel := s.inTunnel || (s.inAny && (nh == protoIPIP || nh == protoIPv6))
+	return e.finishInner(p, s, pc, nh, ps, ps+len(pl), tunnel)
+}
+
+// finishFailed drops an inbound packet whose crypto failed, or that lost
+// the replay race with its duplicate (completeIn set Drop).
+func (e *Engine) finishFailed(p *Packet, s *sa, r *crypto.Request) {
+	switch {
+	case r.Status == crypto.StatusAuthFailed:
+		e.drop(p, s, DropAuth)
+	case r.Status != crypto.StatusOK:
+		e.drop(p, s, DropCrypto)
+	default:
+		e.drop(p, s, DropReplay)
+	}
 }
 
 // padPattern[n] is n bytes of default padding (1, 2, ..., n) as the low
@@ -464,18 +518,18 @@ var padPattern = func() (t [9]uint64) {
 	return t
 }()
 
+// padMask[n] selects the low n bytes of a uint64, for n <= 8.
+var padMask = [9]uint64{0, 0xff, 0xffff, 0xffffff, 0xffffffff, 0xffffffffff, 0xffffffffffff, 0xffffffffffffff, ^uint64(0)}
+
 // defaultPadding reports whether the pad bytes before buf[end] are the
-// default padding 1, 2, ..., pad (RFC 4303 section 2.4). The caller
-// checked that they lie after the ESP header and IV, so at least 16 bytes
-// of buf precede end: up to 8 bytes of padding (all of AES-GCM's,
-// ChaCha's and most of CBC's) are checked with one load.
+// default padding 1, 2, ..., pad (RFC 4303 section 2.4); the caller
+// checked that pad <= end. Up to 8 bytes of padding (all of AES-GCM's,
+// ChaCha's and most of CBC's) are checked with one load when 8 bytes
+// precede end.
 func defaultPadding(buf []byte, end, pad int) bool {
-	if pad <= 8 && end >= 8 {
+	if uint(pad) < uint(len(padPattern)) && end >= 8 && end <= len(buf) {
 		v := binary.BigEndian.Uint64(buf[end-8 : end])
-		if pad < 8 {
-			v &= 1<<(8*pad) - 1
-		}
-		return v == padPattern[pad]
+		return v&padMask[pad] == padPattern[pad]
 	}
 	for i, c := range buf[end-pad : end] {
 		if int(c) != i+1 {

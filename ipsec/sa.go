@@ -66,7 +66,10 @@ type sa struct {
 	aead                 bool
 	// fast4: outer IPv4, plain ESP (not in UDP), an AEAD with an 8-byte
 	// IV and a 16-byte ICV: tunnel-mode packets take encapTunnel4.
-	fast4              bool
+	fast4 bool
+	// inTunnel and inAny: the SA's mode is tunnel, or any (the next
+	// header of each inbound packet decides).
+	inTunnel, inAny    bool
 	bind               binding
 	hardPkts, softPkts uint64
 	added              time.Time
@@ -143,6 +146,7 @@ func newSA(c saConfig, fpKey []byte, now time.Time) (*sa, error) {
 	s.aead = c.Alg.IsAEAD()
 	s.fast4 = s.aead && s.ivLen == 8 && s.icvLen == 16 && s.block == 4 &&
 		c.Dst.Addr().Is4() && c.Proto != setkey.ProtoESPUDP
+	s.inTunnel, s.inAny = c.Mode == spd.ModeTunnel, c.Mode == spd.ModeAny
 	if s.cfg.Proto == setkey.ProtoESPUDP {
 		if s.cfg.Src.Port() == 0 {
 			s.cfg.Src = netip.AddrPortFrom(s.cfg.Src.Addr(), NATTPort)
