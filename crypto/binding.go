@@ -231,7 +231,9 @@ func (b *Binding) Status() BindingStatus {
 // may be delivered before Submit returns. After Close it accepts nothing.
 // While the binding is unbound it accepts requests and delivers them with
 // StatusError and an Err wrapping ErrNoProvider. A request must not be
-// submitted again before it has been delivered.
+// submitted again before it has been delivered. The framework (or the
+// provider, before delivery) sets the Status and Err of every accepted
+// request: the caller need not initialise them.
 func (b *Binding) Submit(reqs []*Request) int {
 	if len(reqs) == 0 {
 		return 0
