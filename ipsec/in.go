@@ -195,22 +195,23 @@ func (e *Engine) inFast4(b *batch, pkts []*Packet, run *inRun) int {
 			e.drop(p, s, DropReplay)
 			continue
 		}
-		// The request, as setReq would set it up (Status and Err are
-		// set by the framework on submission).
-		esp := d[20:tot]
+		// The request, as setReq would set it up, unless it is set up
+		// for this geometry already (Packet.reqKey).
 		r := &p.req
-		r.Dir = crypto.Decrypt
-		if aead {
-			r.AAD, r.IV, r.Data, r.ICV = esp[:8], esp[8:16], esp[16:16+ct], esp[16+ct:]
-		} else {
-			r.AAD, r.IV, r.Data, r.ICV = esp[:8], esp[8:8+iv], esp[8+iv:8+iv+ct], esp[8+iv+ct:]
-			if iv == 0 {
-				r.IV = nil
+		if key := reqGeom(crypto.Decrypt, p.off, tot, iv, icv); p.reqKey != key {
+			esp := d[20:tot]
+			r.Dir = crypto.Decrypt
+			if aead {
+				r.AAD, r.IV, r.Data, r.ICV = esp[:8], esp[8:16], esp[16:16+ct], esp[16+ct:]
+			} else {
+				r.AAD, r.IV, r.Data, r.ICV = esp[:8], esp[8:8+iv], esp[8+iv:8+iv+ct], esp[8+iv+ct:]
+				if iv == 0 {
+					r.IV = nil
+				}
 			}
-		}
-		r.AuthTrailer = nil
-		if u, _ := r.User.(*Packet); u != p {
+			r.AuthTrailer = nil
 			r.User = p
+			p.reqKey = key
 		}
 		reqs = append(reqs, r)
 	}

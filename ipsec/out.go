@@ -427,12 +427,14 @@ func (e *Engine) encapTunnel4(p *Packet, s *sa, tclass, nh uint8) DropReason {
 	binary.BigEndian.PutUint16(o[2:], uint16(tailEnd-start))
 	put32(o[20:], s.cfg.SPI)
 	p.bytes = end - off
-	// The request, as setReq sets it up.
-	r := &p.req
-	r.Dir = crypto.Encrypt
-	r.Data, r.ICV, r.IV, r.AAD, r.AuthTrailer = buf[off:ctEnd], buf[ctEnd:tailEnd], o[28:hdr], o[20:28], nil
-	if u, _ := r.User.(*Packet); u != p {
+	// The request, as setReq sets it up, unless it is set up for this
+	// geometry already (Packet.reqKey).
+	if key := reqGeom(crypto.Encrypt, off, end-off, 8, 16); p.reqKey != key {
+		r := &p.req
+		r.Dir = crypto.Encrypt
+		r.Data, r.ICV, r.IV, r.AAD, r.AuthTrailer = buf[off:ctEnd], buf[ctEnd:tailEnd], o[28:hdr], o[20:28], nil
 		r.User = p
+		p.reqKey = key
 	}
 	p.sa = s
 	p.off, p.end = start, tailEnd
@@ -472,6 +474,7 @@ func setSeqTunnel4(reqs []*crypto.Request, s *sa, first uint64) (bytes int) {
 // sequence field, the AEAD IV (= the 64-bit counter, unique by
 // construction), the AAD / ESN trailer and the outer IPv4 ID.
 func (e *Engine) setSeq(p *Packet, s *sa, seq uint64) {
+	p.reqKey = 0 // the AAD (ESN) may change below
 	buf := p.buf
 	esp := buf[p.espoff:]
 	put32(esp[4:], uint32(seq))
@@ -538,12 +541,21 @@ func key4(d []byte) (uint64, uint64) {
 	return binary.LittleEndian.Uint64(d[12:20]), uint64(d[9]) | uint64(binary.LittleEndian.Uint32(d[20:24]))<<8
 }
 
+// reqGeom identifies the set-up of a request by a fast path: direction,
+// where the packet starts in its buffer, its length, and the IV and ICV
+// lengths determine every slice of it (the AAD is the ESP header in the
+// packet, without ESN). Never 0.
+func reqGeom(dir crypto.Direction, off, n, iv, icv int) uint64 {
+	return 1<<63 | uint64(dir)<<56 | uint64(off)<<32 | uint64(n)<<16 | uint64(iv)<<8 | uint64(icv)
+}
+
 // setReq prepares p's request field by field: the framework leaves its
 // bookkeeping zero on delivery, and a whole-struct store (with write
 // barriers for every pointer) costs more than the fields. Status and Err
 // are not set: the framework sets them for every request it accepts
 // (crypto.Binding.Submit). AAD and AuthTrailer are set by the caller.
 func setReq(r *crypto.Request, p *Packet, dir crypto.Direction, data, icv, iv []byte) {
+	p.reqKey = 0
 	r.Dir = dir
 	r.Data, r.ICV, r.AuthTrailer = data, icv, nil
 	if len(iv) > 0 {

@@ -104,6 +104,12 @@ type Packet struct {
 	nhoff  int // offset of the outer next-header byte from the IP header start
 	bytes  int // inner bytes accounted against lifetimes
 	tunnel bool
+	// reqKey is the geometry (reqGeom) for which a fast path last set up
+	// req; 0 when req was last set up otherwise. A fast path that finds
+	// its geometry here leaves req as it is: for a stream of packets of
+	// one size (bulk traffic at the MTU), a pooled packet's request is
+	// set up once, not per packet.
+	reqKey uint64
 	req    crypto.Request
 
 	// Src and Dst are the outer addresses. Inbound reads them for
@@ -265,5 +271,6 @@ func (pl *Pool) Put(p *Packet) {
 	}
 	p.sa, p.b = nil, nil
 	p.req.Reset()
+	p.reqKey = 0
 	pl.p.Put(p)
 }
