@@ -110,7 +110,6 @@ type Packet struct {
 	// one size (bulk traffic at the MTU), a pooled packet's request is
 	// set up once, not per packet.
 	reqKey uint64
-	req    crypto.Request
 
 	// Src and Dst are the outer addresses. Inbound reads them for
 	// FrameUDP and FrameESP (Dst may be left invalid when the local
@@ -118,6 +117,12 @@ type Packet struct {
 	// from the IP header for FrameIP. Outbound sets them to the SA's
 	// endpoints (ports are set for ESP-in-UDP only).
 	Src, Dst netip.AddrPort
+
+	// The fields above are those the fast paths write per packet (three
+	// cache lines); the request's are read per packet once set up
+	// (reqKey), and the framework's bookkeeping at its end and the
+	// fields below are not touched per packet on the fast paths.
+	req crypto.Request
 
 	aad     [12]byte
 	trailer [4]byte
