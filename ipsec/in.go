@@ -142,31 +142,29 @@ func (e *Engine) inFast4(b *batch, pkts []*Packet, run *inRun) int {
 	iv, icv := run.ivLen, run.icvLen
 	aead := iv == 8 && icv == 16 // AES-GCM, ChaCha20-Poly1305
 	reqs := b.reqs
-	for i, p := range pkts {
+	var i int
+	for ; i < len(pkts); i++ {
+		p := pkts[i]
 		if j := i + prefetchAhead; j < len(pkts) {
 			b.pf ^= pkts[j].head()
 		}
 		if p.Frame != FrameIP {
-			b.reqs = reqs
-			return i
+			break
 		}
 		d := p.buf[p.off:p.end]
 		if len(d) < 28 {
-			b.reqs = reqs
-			return i
+			break
 		}
 		h := (*[28]byte)(d)
 		if binary.LittleEndian.Uint64(h[0:8])&ip4Word0Mask != ip4Word0Want ||
 			binary.LittleEndian.Uint64(h[8:16])&ip4Word1Mask != ip4Word1ESP ||
 			binary.LittleEndian.Uint64(h[16:24]) != run.key {
-			b.reqs = reqs
-			return i
+			break
 		}
 		tot := int(h[2])<<8 | int(h[3])
 		ct := tot - 20 - 8 - iv - icv
 		if tot > len(d) || ct < 4 || ct&run.ctMask != 0 {
-			b.reqs = reqs
-			return i
+			break
 		}
 		p.Verdict, p.Drop, p.b = VerdictDrop, DropNone, b
 		p.l4off, p.v6, p.tunnel = 0, false, false
@@ -216,7 +214,7 @@ func (e *Engine) inFast4(b *batch, pkts []*Packet, run *inRun) int {
 		reqs = append(reqs, r)
 	}
 	b.reqs = reqs
-	return len(pkts)
+	return i
 }
 
 // queueIn runs the replay check of p (RFC 4303 section 3.4.3, before the

@@ -220,24 +220,23 @@ func (e *Engine) Outbound(pkts []*Packet) {
 // left unchanged.
 func (e *Engine) outFast4(b *batch, pkts []*Packet, s *sa, k0, k1 uint64) int {
 	reqs := b.reqs
-	for i, p := range pkts {
+	var i int
+	for ; i < len(pkts); i++ {
+		p := pkts[i]
 		if j := i + prefetchAhead; j < len(pkts) {
 			b.pf ^= pkts[j].head()
 		}
 		d := p.buf[p.off:p.end]
 		if len(d) < 24 {
-			b.reqs = reqs
-			return i
+			break
 		}
 		h := (*[24]byte)(d)
 		tot := int(h[2])<<8 | int(h[3])
 		if binary.LittleEndian.Uint64(h[0:8])&ip4Word0Mask != ip4Word0Want || tot < 24 || tot > len(d) || !s.usable() {
-			b.reqs = reqs
-			return i
+			break
 		}
 		if x0, x1 := key4(h[:]); x0 != k0 || x1 != k1 {
-			b.reqs = reqs
-			return i
+			break
 		}
 		p.Verdict, p.Drop, p.b = VerdictDrop, DropNone, b
 		p.end = p.off + tot
@@ -249,7 +248,7 @@ func (e *Engine) outFast4(b *batch, pkts []*Packet, s *sa, k0, k1 uint64) int {
 		reqs = append(reqs, &p.req)
 	}
 	b.reqs = reqs
-	return len(pkts)
+	return i
 }
 
 // clearOut resets the per-packet fields that Outbound sets when it
