@@ -252,14 +252,6 @@ func (b *batch) finishOne() { b.finish(1) }
 // whose result is kept (in batch.pf).
 const prefetchAhead = 4
 
-// head returns the first data byte of p (0 if it has none).
-func (p *Packet) head() byte {
-	if p.off < len(p.buf) {
-		return p.buf[p.off]
-	}
-	return 0
-}
-
 // finish records k completed requests; the last one wakes the waiter.
 func (b *batch) finish(k int64) {
 	if b.pending.Add(-k) == 0 {

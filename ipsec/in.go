@@ -450,7 +450,8 @@ func (e *Engine) finishIn(p *Packet, s *sa, r *crypto.Request, pc *polCache) boo
 	}
 	// The plaintext between the IV and the ICV: parseIn (or inFast4)
 	// checked that it lies in the buffer and is at least 4 bytes.
-	ct := p.buf[p.espoff+8+s.ivLen : p.end-s.icvLen]
+	ps := p.espoff + 8 + s.ivLen
+	ct := p.buf[ps : p.end-s.icvLen]
 	n := len(ct)
 	if n < 2 {
 		e.drop(p, s, DropBadPad)
@@ -479,7 +480,6 @@ func (e *Engine) finishIn(p *Packet, s *sa, r *crypto.Request, pc *polCache) boo
 					e.drop(p, s, DropPolicy)
 					return false
 				}
-				ps := p.espoff + 8 + s.ivLen
 				p.off, p.end = ps, ps+tot
 				p.tunnel = true
 				p.bytes = tot
@@ -488,7 +488,6 @@ func (e *Engine) finishIn(p *Packet, s *sa, r *crypto.Request, pc *polCache) boo
 			}
 		}
 	}
-	ps := p.espoff + 8 + s.ivLen
 	tunnel := s.inTunnel || (s.inAny && (nh == protoIPIP || nh == protoIPv6))
 	return e.finishInner(p, s, pc, nh, ps, ps+len(pl), tunnel)
 }

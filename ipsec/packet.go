@@ -133,6 +133,15 @@ type Packet struct {
 // until the next call that changes the packet's bounds.
 func (p *Packet) Data() []byte { return p.buf[p.off:p.end] }
 
+// head returns the first data byte of p (0 if it has none): the engine
+// reads it ahead of processing (prefetchAhead).
+func (p *Packet) head() byte {
+	if p.off < len(p.buf) {
+		return p.buf[p.off]
+	}
+	return 0
+}
+
 // Len returns len(p.Data()).
 func (p *Packet) Len() int { return p.end - p.off }
 
