@@ -183,6 +183,14 @@ func run(ctx context.Context, s settings) error {
 	if err := ensureRuntimeDir(s.RuntimeDir); err != nil {
 		return err
 	}
+	// The instance locks come before anything is created in either
+	// directory: a refused keeld must leave the running one's sockets
+	// and ledger alone.
+	rtLock, err := lockDir(s.RuntimeDir, runtimeLockName, "runtime dir")
+	if err != nil {
+		return err
+	}
+	defer rtLock.Close()
 	gid, err := controlGID(s.ControlGroup)
 	if err != nil {
 		return err
@@ -195,6 +203,11 @@ func run(ctx context.Context, s settings) error {
 	if err != nil {
 		return err
 	}
+	stLock, err := lockStateDir(s.StateDir, rootDir, log)
+	if err != nil {
+		return err
+	}
+	defer stLock.Close()
 	self, _ := os.Executable()
 	log.Info(fmt.Sprintf("keeld %d starting: root %s, runtime %s, uid %d", os.Getpid(), desc, s.RuntimeDir, os.Getuid()))
 

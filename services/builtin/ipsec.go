@@ -12,7 +12,6 @@ import (
 	"io/fs"
 	"log/slog"
 	"net/netip"
-	"os"
 	"path"
 	"path/filepath"
 	"reflect"
@@ -69,11 +68,7 @@ const ledgerVar = "ipsec_nonce_ledger"
 
 // nonceLedgerPath returns the ledger file of env: ipsec_nonce_ledger (an
 // absolute path) if set, else esp-nonces in keeld's state directory
-// (keel_state_dir, from --state-dir or KEEL_STATE_DIR) if set, else
-// var/db/keel/esp-nonces under keel_root when
-// keeld runs on a root directory other than /, else
-// /var/db/keel/esp-nonces as root, else $XDG_STATE_HOME (default
-// ~/.local/state)/keel/esp-nonces.
+// (StateDir of keel_state_dir and keel_root).
 func nonceLedgerPath(env services.BuiltinEnv) (string, error) {
 	if p := strings.TrimSpace(env.Config.Get(ledgerVar)); p != "" {
 		if !filepath.IsAbs(p) {
@@ -81,27 +76,11 @@ func nonceLedgerPath(env services.BuiltinEnv) (string, error) {
 		}
 		return filepath.Clean(p), nil
 	}
-	if d := strings.TrimSpace(env.Config.Get("keel_state_dir")); d != "" {
-		if !filepath.IsAbs(d) {
-			return "", fmt.Errorf("keel_state_dir: %q is not an absolute path", d)
-		}
-		return filepath.Join(d, "esp-nonces"), nil
+	d, err := StateDir(env.Config.Get("keel_state_dir"), env.Config.Get("keel_root"))
+	if err != nil {
+		return "", fmt.Errorf("%s: %w", ledgerVar, err)
 	}
-	if r := env.Config.Get("keel_root"); r != "" && filepath.Clean(r) != "/" {
-		return filepath.Join(r, "var", "db", "keel", "esp-nonces"), nil
-	}
-	if os.Geteuid() == 0 {
-		return "/var/db/keel/esp-nonces", nil
-	}
-	dir := os.Getenv("XDG_STATE_HOME")
-	if !filepath.IsAbs(dir) {
-		home, err := os.UserHomeDir()
-		if err != nil {
-			return "", fmt.Errorf("%s: no state directory, set it: %w", ledgerVar, err)
-		}
-		dir = filepath.Join(home, ".local", "state")
-	}
-	return filepath.Join(dir, "keel", "esp-nonces"), nil
+	return filepath.Join(d, "esp-nonces"), nil
 }
 
 // nonceLedger returns the System's nonce ledger for env's file, opening it
