@@ -13,25 +13,32 @@ type Outcome struct {
 	End   time.Time // when run returned, or when the node was found blocked
 	Err   error     // run's error; nil for success
 	// BlockedBy is the index of the failed node that kept this node from
-	// running (the root cause, transitively), or -1.
+	// running (the root cause, transitively through hard edges), or -1.
 	BlockedBy int
+	// AfterFailed lists the direct requirements, over ordering-only
+	// edges, that had failed or were blocked when the node ran.
+	AfterFailed []int
 }
 
 // Ran reports whether run was called for the node.
 func (o Outcome) Ran() bool { return !o.Start.IsZero() }
 
 // RunDAG calls run(ctx, i) for every node i = 0..len(deps)-1 as soon as
-// all nodes in deps[i] have finished successfully, with no other limit on
-// parallelism (no levels). A node one of whose requirements failed or was
-// blocked is not run: its Outcome has BlockedBy set to the root-cause node
-// and Err wrapping ErrBlocked. deps must be acyclic (nodes on a cycle never
-// run and RunDAG would not return, so callers break cycles first; see
-// BreakCycles). RunDAG returns when every node is finished. If ctx is
-// cancelled, nodes not yet started fail with ctx.Err().
+// all nodes in deps[i] have finished, with no other limit on parallelism
+// (no levels). An edge orders; it does not forbid, as rc(8)'s REQUIRE and
+// systemd's After= do: a node whose requirement failed still runs, and
+// its Outcome lists that requirement in AfterFailed. Only a hard edge
+// (hard(i, d) true; systemd's Requisite=) forbids: a node one of whose
+// hard requirements failed or was blocked is not run, its Outcome has
+// BlockedBy set to the root-cause node and Err wrapping ErrBlocked. A nil
+// hard makes every edge ordering-only. deps must be acyclic (nodes on a
+// cycle never run and RunDAG would not return, so callers break cycles
+// first; see BreakCycles). RunDAG returns when every node is finished. If
+// ctx is cancelled, nodes not yet started fail with ctx.Err().
 //
 // The optional onDone is called from each node's goroutine right after the
 // node finishes (for live status); it must be safe for concurrent use.
-func RunDAG(ctx context.Context, deps [][]int, run func(ctx context.Context, i int) error, onDone func(i int, o Outcome)) []Outcome {
+func RunDAG(ctx context.Context, deps [][]int, hard func(i, d int) bool, run func(ctx context.Context, i int) error, onDone func(i int, o Outcome)) []Outcome {
 	n := len(deps)
 	out := make([]Outcome, n)
 	done := make([]chan struct{}, n)
@@ -47,12 +54,19 @@ func RunDAG(ctx context.Context, deps [][]int, run func(ctx context.Context, i i
 			o := Outcome{BlockedBy: -1}
 			for _, d := range deps[i] {
 				<-done[d]
-				if od := out[d]; od.Err != nil && o.Err == nil {
-					o.BlockedBy = d
-					if od.BlockedBy >= 0 {
-						o.BlockedBy = od.BlockedBy
+				od := out[d]
+				switch {
+				case od.Err == nil:
+				case hard != nil && hard(i, d):
+					if o.BlockedBy < 0 {
+						o.BlockedBy = d
+						if od.BlockedBy >= 0 {
+							o.BlockedBy = od.BlockedBy
+						}
+						o.Err = ErrBlocked
 					}
-					o.Err = ErrBlocked
+				default:
+					o.AfterFailed = append(o.AfterFailed, d)
 				}
 			}
 			if o.Err == nil {

@@ -56,7 +56,7 @@ func TestRunDAGOrderAndBlocking(t *testing.T) {
 	var mu = make(chan struct{}, 1)
 	order := map[int]int{}
 	n := 0
-	outs := RunDAG(context.Background(), deps, func(ctx context.Context, i int) error {
+	outs := RunDAG(context.Background(), deps, allHard, func(ctx context.Context, i int) error {
 		mu <- struct{}{}
 		order[i] = n
 		n++
@@ -121,7 +121,7 @@ func BenchmarkBoot500(b *testing.B) {
 			var ratios []float64
 			for b.Loop() {
 				t0 := time.Now()
-				RunDAG(context.Background(), deps, func(ctx context.Context, i int) error {
+				RunDAG(context.Background(), deps, allHard, func(ctx context.Context, i int) error {
 					time.Sleep(cost[i])
 					return nil
 				}, nil)
@@ -138,7 +138,7 @@ func BenchmarkBoot500(b *testing.B) {
 func BenchmarkSchedOverhead500(b *testing.B) {
 	deps, _ := synthetic(500, 0, 0, 42)
 	for b.Loop() {
-		RunDAG(context.Background(), deps, func(ctx context.Context, i int) error { return nil }, nil)
+		RunDAG(context.Background(), deps, allHard, func(ctx context.Context, i int) error { return nil }, nil)
 	}
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/500, "ns/service")
 }
@@ -229,3 +229,6 @@ func median(xs []float64) float64 {
 	}
 	return s[len(s)/2]
 }
+
+// allHard makes every edge a hard one (the blocking semantics).
+func allHard(i, d int) bool { return true }

@@ -26,6 +26,21 @@ package services
 //	restart          no | on-failure | always (daemons; default no)
 //	restart_backoff  first restart delay, doubled per consecutive crash
 //	                 up to 30s; MaxRestartFailures crashes in a row give up
+//	requisite        provisions, each also in the REQUIRE header, that are
+//	                 hard requirements (systemd Requisite= plus BindsTo='s
+//	                 stop): see below
+//
+// Ordering and requirement are separate, as in FreeBSD rc and systemd.
+// REQUIRE and BEFORE only order: a service starts once what it requires
+// has finished starting, whether that succeeded or failed (status then
+// says "started after failed X"), and stopping X leaves it running. A
+// provision listed in requisite forbids as well: the service is blocked
+// when a provider of it failed or was blocked, and stops when that
+// provider stops. A builtin that requires a service is always stopped
+// and restarted with it, since it holds in-process references to it. The
+// default appliance uses requisite only where a failure cannot cut off
+// management access (ipsec on cryptodev, pktgen on ipsec): a typo in
+// ipsec.conf must not keep sshd or syslogd from starting.
 //
 // An executable file whose body is not only assignments is a legacy
 // script, run as /bin/sh FILE start|stop|reload; name= and rcvar= are read

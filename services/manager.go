@@ -193,12 +193,14 @@ func (m *Manager) Boot(ctx context.Context) error {
 	}
 	var doneN int
 	var dmu sync.Mutex
-	outs := RunDAG(ctx, cat.Deps, func(ctx context.Context, i int) error {
+	outs := RunDAG(ctx, cat.Deps, cat.Hard, func(ctx context.Context, i int) error {
 		return units[i].start(ctx)
 	}, func(i int, o Outcome) {
 		if o.BlockedBy >= 0 {
 			units[i].set(StateBlocked, "blocked by "+cat.Defs[o.BlockedBy].Name)
 			units[i].logf(slog.LevelWarn, "not started: blocked by %s", cat.Defs[o.BlockedBy].Name)
+		} else if o.Err == nil && len(o.AfterFailed) > 0 {
+			units[i].startedAfterFailed(cat.names(o.AfterFailed))
 		}
 		if m.opts.OnProgress != nil {
 			dmu.Lock()
@@ -317,6 +319,7 @@ func (m *Manager) startLocked(ctx context.Context, name string, seen map[string]
 	}
 	cat := m.Catalog()
 	i, _ := cat.Lookup(name)
+	var after []int
 	for _, j := range cat.Deps[i] {
 		dep := cat.Defs[j]
 		du, _ := m.unit(dep.Name)
@@ -324,17 +327,30 @@ func (m *Manager) startLocked(ctx context.Context, name string, seen map[string]
 			continue
 		}
 		if err := m.startLocked(ctx, dep.Name, seen); err != nil {
+			if !cat.Hard(i, j) {
+				after = append(after, j) // REQUIRE orders; it does not forbid
+				continue
+			}
 			u.set(StateBlocked, "blocked by "+dep.Name)
-			return fmt.Errorf("%s: requirement %s: %w", name, dep.Name, err)
+			return fmt.Errorf("%s: requisite %s: %w", name, dep.Name, err)
 		}
 	}
 	if u.active() {
 		return nil
 	}
-	return u.start(ctx)
+	if err := u.start(ctx); err != nil {
+		return err
+	}
+	if len(after) > 0 {
+		u.startedAfterFailed(cat.names(after))
+	}
+	return nil
 }
 
-// Stop stops a service after stopping the active services that require it.
+// Stop stops a service after stopping the active services bound to it:
+// those that list it as requisite, and builtins that require it (they
+// hold in-process references to it, as in Restart). Other services that
+// merely REQUIRE it, for ordering, stay up.
 func (m *Manager) Stop(ctx context.Context, name string) error {
 	m.opMu.Lock()
 	defer m.opMu.Unlock()
@@ -354,6 +370,9 @@ func (m *Manager) stopLocked(ctx context.Context, name string, seen map[string]b
 	i, _ := cat.Lookup(name)
 	var errs []error
 	for _, j := range cat.RequiredBy(i) {
+		if !cat.Hard(j, i) && cat.Defs[j].Type != TypeBuiltin {
+			continue
+		}
 		if du, _ := m.unit(cat.Defs[j].Name); du != nil && du.active() {
 			errs = append(errs, m.stopLocked(ctx, cat.Defs[j].Name, seen))
 		}
@@ -644,7 +663,7 @@ func (m *Manager) Shutdown(ctx context.Context) error {
 	m.log.Info("shutdown: stopping services in reverse order")
 	var smu sync.Mutex
 	var errs []error
-	RunDAG(context.WithoutCancel(ctx), rdeps, func(ctx context.Context, i int) error {
+	RunDAG(context.WithoutCancel(ctx), rdeps, nil, func(ctx context.Context, i int) error {
 		u := units[i]
 		if u == nil {
 			return nil

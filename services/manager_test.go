@@ -119,6 +119,9 @@ func TestBootFailurePropagation(t *testing.T) {
 		"etc/rc.d/c":           svc("c", "b", "name=c\ntype=oneshot\ncommand=/bin/false\n"),
 		"etc/rc.d/d":           svc("d", "c", "name=d\ntype=oneshot\ncommand=/bin/true\n"),
 		"etc/rc.d/d2":          svc("d2", "d", "name=d2\ntype=oneshot\ncommand=/bin/true\n"),
+		"etc/rc.d/d3":          svc("d3", "c", "name=d3\ntype=oneshot\ncommand=/bin/true\nrequisite=c\n"),
+		"etc/rc.d/d4":          svc("d4", "d3", "name=d4\ntype=oneshot\ncommand=/bin/true\nrequisite=d3\n"),
+		"etc/rc.d/d5":          svc("d5", "d3", "name=d5\ntype=oneshot\ncommand=/bin/true\n"),
 		"etc/rc.d/e":           svc("e", "a", "name=e\nrcvar=e_enable\ntype=oneshot\ncommand=/bin/false\n"),
 		"etc/rc.d/f":           svc("f", "e", "name=f\ntype=oneshot\ncommand=/bin/true\n"),
 		"etc/rc.d/g":           svc("g", "", "name=g\ncommand=/nonexistent/x\ntype=oneshot\n"),
@@ -137,8 +140,11 @@ func TestBootFailurePropagation(t *testing.T) {
 		reason string
 	}{
 		"a": {StateExited, ""}, "b": {StateRunning, ""}, "c": {StateFailed, "exited with status 1"},
-		"d": {StateBlocked, "blocked by c"}, "d2": {StateBlocked, "blocked by c"},
-		"e": {StateDisabled, `e_enable="NO"`}, "f": {StateExited, ""}, "g": {StateFailed, "no such file"},
+		// REQUIRE orders, requisite forbids (FreeBSD rc; systemd After= vs Requisite=).
+		"d": {StateExited, "started after failed c"}, "d2": {StateExited, ""},
+		"d3": {StateBlocked, "blocked by c"}, "d4": {StateBlocked, "blocked by c"},
+		"d5": {StateExited, "started after failed d3"},
+		"e":  {StateDisabled, `e_enable="NO"`}, "f": {StateExited, ""}, "g": {StateFailed, "no such file"},
 		"h": {StateFailed, "required file missing"}, "i": {StateFailed, "i:5:3: command substitution"},
 		"s": {StateExited, ""},
 	}
@@ -199,7 +205,7 @@ func TestStartTimeoutAndPidfile(t *testing.T) {
 	if st["slow"].State != StateFailed || !strings.Contains(st["slow"].Reason, "start timed out") {
 		t.Errorf("slow: %+v", st["slow"])
 	}
-	if st["after"].State != StateBlocked {
+	if st["after"].State != StateExited || st["after"].Reason != "started after failed slow" {
 		t.Errorf("after: %+v", st["after"])
 	}
 	if st["ext"].State != StateRunning {
@@ -326,7 +332,8 @@ func TestReloadRestartsOnlyChanged(t *testing.T) {
 func TestManualStartStop(t *testing.T) {
 	root := writeRoot(t, tree{
 		"etc/rc.d/a": svc("a", "", "name=a\ncommand=/bin/sleep\ncommand_args=30\n"),
-		"etc/rc.d/b": svc("b", "a", "name=b\ncommand=/bin/sleep\ncommand_args=30\n"),
+		"etc/rc.d/b": svc("b", "a", "name=b\ncommand=/bin/sleep\ncommand_args=30\nrequisite=a\n"),
+		"etc/rc.d/o": svc("o", "a", "name=o\ncommand=/bin/sleep\ncommand_args=30\n"),
 	})
 	m := newManager(t, root, nil)
 	if err := m.Boot(context.Background()); err != nil {
@@ -336,7 +343,9 @@ func TestManualStartStop(t *testing.T) {
 	if err := m.Stop(ctx, "a"); err != nil {
 		t.Fatal(err)
 	}
-	if st := states(m); st["a"].State != StateStopped || st["b"].State != StateStopped {
+	// b is hard-bound to a (requisite) and stops with it; o only
+	// REQUIREs a for ordering and stays up.
+	if st := states(m); st["a"].State != StateStopped || st["b"].State != StateStopped || st["o"].State != StateRunning {
 		t.Fatalf("stop a: %+v", st)
 	}
 	if err := m.Start(ctx, "b"); err != nil {

@@ -62,6 +62,12 @@ type Definition struct {
 	Restart         RestartPolicy
 	RestartBackoff  time.Duration
 	Notify          bool
+	// Requisite lists the REQUIRE'd provisions that are hard
+	// requirements (rc.d key requisite, systemd's Requisite= with
+	// BindsTo='s stop): the service does not start when a provider of
+	// one failed, and stops when that provider stops. Every other
+	// REQUIRE only orders, as in FreeBSD rc.
+	Requisite []string
 	// Config is the service's rc.conf view (global plus rc.conf.d/<name>).
 	Config *rcconf.Config
 	// Settings are the effective settings; a change restarts the service on reload.
@@ -70,7 +76,8 @@ type Definition struct {
 	// (e.g. the nostart keyword).
 	SkipReason string
 	// Err is set when the file could not be used; the service fails at
-	// boot with this reason and its dependents are blocked.
+	// boot with this reason (dependents start after it all the same,
+	// unless they list it as requisite).
 	Err error
 }
 
@@ -96,7 +103,7 @@ var knownVars = map[string]bool{
 	"name": true, "rcvar": true, "desc": true, "type": true, "command": true, "command_args": true,
 	"pidfile": true, "required_modules": true, "required_files": true, "start_precmd": true,
 	"stop_postcmd": true, "stop_signal": true, "start_timeout": true, "stop_timeout": true,
-	"restart": true, "restart_backoff": true, "notify": true,
+	"restart": true, "restart_backoff": true, "notify": true, "requisite": true,
 }
 
 // ParseDefinition parses one rc.d file. data is its content and exec says
@@ -218,6 +225,16 @@ func ParseDefinition(chain *rcconf.Chain, hdr Header, data []byte, exec bool) (*
 			return d, bad("notify", "notify=yes needs type=daemon")
 		}
 	}
+	req, err := SplitWords(local.Get("requisite"))
+	if err != nil {
+		return d, bad("requisite", "%v", err)
+	}
+	for _, r := range req {
+		if !slices.Contains(hdr.Requires, r) {
+			return d, bad("requisite", "%q is not in the REQUIRE header: a requisite must also be required, so that rcorder orders it first", r)
+		}
+	}
+	d.Requisite = req
 	d.Settings = settings(d, local)
 	return d, nil
 }

@@ -303,15 +303,16 @@ func TestLifecycle(t *testing.T) {
 		"etc/rc.conf":          "",
 		"etc/rc.d/a":           svc("a", "", "name=a\ntype=oneshot\ncommand=/bin/true\n"),
 		"etc/rc.d/b":           svc("b", "a", "name=b\ncommand=/bin/sleep\n"),
-		"etc/rc.d/b2":          svc("b2", "b", "name=b2\ncommand=/bin/sleep\ncommand_args=30\n"),
+		"etc/rc.d/b2":          svc("b2", "b", "name=b2\ncommand=/bin/sleep\ncommand_args=30\nrequisite=b\n"),
 		"etc/rc.d/c":           svc("c", "a", "name=c\nrcvar=c_enable\ntype=oneshot\ncommand=/bin/sh\ncommand_args=\"-c 'echo bad config >&2; exit 2'\"\n"),
-		"etc/rc.d/d":           svc("d", "c", "name=d\ntype=oneshot\ncommand=/bin/true\n"),
+		"etc/rc.d/d":           svc("d", "c", "name=d\ntype=oneshot\ncommand=/bin/true\nrequisite=c\n"),
+		"etc/rc.d/f":           svc("f", "c", "name=f\ntype=oneshot\ncommand=/bin/true\n"),
 		"etc/rc.d/e":           svc("e", "", "name=e\ncommand=/bin/sh\ncommand_args=\"-c 'sleep 0.2; exit 1'\"\nrestart=on-failure\nrestart_backoff=50ms\n"),
 	})
 	d := startKeeld(t, root)
 	st := d.status()
 	want := map[string]services.State{"a": services.StateExited, "b": services.StateRunning, "b2": services.StateRunning,
-		"c": services.StateFailed, "d": services.StateBlocked}
+		"c": services.StateFailed, "d": services.StateBlocked, "f": services.StateExited}
 	for n, w := range want {
 		if st[n].State != w {
 			t.Errorf("%s: %s %q, want %s", n, st[n].State, st[n].Reason, w)
@@ -320,13 +321,16 @@ func TestLifecycle(t *testing.T) {
 	if st["d"].Reason != "blocked by c" {
 		t.Errorf("d reason %q", st["d"].Reason)
 	}
+	if st["f"].Reason != "started after failed c" {
+		t.Errorf("f (REQUIRE c, not requisite) reason %q", st["f"].Reason)
+	}
 	for name, code := range map[string]int{"b": 0, "c": 3, "d": 3, "nope": 4} {
 		if _, _, got := d.keelctl(nil, "status", name); got != code {
 			t.Errorf("status %s: exit %d, want %d", name, got, code)
 		}
 	}
 	out, _, _ := d.keelctl(nil, "status", "c")
-	if !strings.Contains(out, "bad config") || !strings.Contains(out, "Required by: d") {
+	if !strings.Contains(out, "bad config") || !strings.Contains(out, "Required by: d f") {
 		t.Errorf("status c detail:\n%s", out)
 	}
 	// Prometheus metrics on metrics_listen.
