@@ -106,6 +106,29 @@ var knownVars = map[string]bool{
 	"restart": true, "restart_backoff": true, "notify": true, "requisite": true,
 }
 
+// checkKeys rejects an assignment in a declarative rc.d file to a key
+// that is neither a known variable nor one of the service's own
+// ${name}_* variables: a misspelt key (start_timout) would otherwise be
+// silently ignored. The error names the line and column and suggests
+// the closest known key.
+func checkKeys(file, name string, prog *syntax.File) error {
+	known := slices.Sorted(maps.Keys(knownVars))
+	for _, st := range prog.Stmts {
+		for _, as := range st.Cmd.(*syntax.CallExpr).Assigns {
+			k := as.Name.Value
+			if knownVars[k] || strings.HasPrefix(k, name+"_") {
+				continue
+			}
+			hint := ""
+			if s, ok := rcconf.Suggest(k, known); ok {
+				hint = fmt.Sprintf(" (did you mean %s?)", s)
+			}
+			return fmt.Errorf("%s:%d:%d: %s: %w: unknown key%s", file, as.Pos().Line(), as.Pos().Col(), k, ErrBadService, hint)
+		}
+	}
+	return nil
+}
+
 // ParseDefinition parses one rc.d file. data is its content and exec says
 // whether it has an execute bit. chain supplies rc.conf; hdr is the
 // file's rcorder header. Errors name the file, and the line and column
@@ -159,8 +182,18 @@ func ParseDefinition(chain *rcconf.Chain, hdr Header, data []byte, exec bool) (*
 	if !validName(name) {
 		return d, bad("name", "invalid service name %q", name)
 	}
+	if err := checkKeys(file, name, prog); err != nil {
+		return d, err
+	}
 	d.Rcvar = local.Get("rcvar")
-	d.Enabled = d.Rcvar == "" || local.Bool(d.Rcvar)
+	d.Enabled = true
+	if d.Rcvar != "" {
+		on, err := local.YesNo(d.Rcvar)
+		if err != nil {
+			return d, fmt.Errorf("%w: %w", ErrBadService, err) // enabled, so that it shows failed
+		}
+		d.Enabled = on
+	}
 	switch t := Type(local.Get("type")); t {
 	case "":
 		d.Type = TypeDaemon
@@ -286,7 +319,14 @@ func parseScript(chain *rcconf.Chain, hdr Header, prog *syntax.File) (*Definitio
 		return nil, err
 	}
 	d.Config = cfg
-	d.Enabled = d.Rcvar == "" || cfg.Bool(d.Rcvar)
+	d.Enabled = true
+	if d.Rcvar != "" {
+		on, err := cfg.YesNo(d.Rcvar)
+		if err != nil {
+			return d, fmt.Errorf("%w: %w", ErrBadService, err)
+		}
+		d.Enabled = on
+	}
 	d.Settings = maps.Clone(cfg.Prefixed(d.Name + "_"))
 	if d.Rcvar != "" {
 		d.Settings[d.Rcvar] = cfg.Get(d.Rcvar)

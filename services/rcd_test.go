@@ -94,6 +94,8 @@ notify=yes
 		{name: "no-command", src: "name=x\n", wantErr: "svc: command:"},
 		{name: "notify-oneshot", src: "type=oneshot\ncommand=/bin/x\nnotify=yes\n", wantErr: "notify=yes needs type=daemon"},
 		{name: "bad-name", src: "name='a b'\ncommand=/bin/x\n", wantErr: "invalid service name"},
+		{name: "unknown-key", src: "command=/bin/x\nstart_timout=5s\n", wantErr: "svc:2:1: start_timout: invalid rc.d service: unknown key (did you mean start_timeout?)"},
+		{name: "unknown-key-no-hint", src: "command=/bin/x\nfrobnicate=1\n", wantErr: "svc:2:1: frobnicate: invalid rc.d service: unknown key"},
 		{name: "requisite-not-required", src: "command=/bin/x\nrequisite=ipsec\n", wantErr: `svc:2: requisite: invalid rc.d service: "ipsec" is not in the REQUIRE header`},
 		{name: "argv-expansion", src: "command=/bin/x\ncommand_args='$HOME'\n", wantErr: "expansions are not allowed"},
 	}

@@ -109,6 +109,31 @@ func (c *Config) Prefixed(prefix string) map[string]string {
 	return out
 }
 
+// ErrNotYesNo is wrapped by YesNo's error for a value that is neither a
+// truth value nor a false one.
+var ErrNotYesNo = errors.New("is not set properly - see rc.conf(5)")
+
+// YesNo is rc.subr's checkyesno with its warning. name's value is true
+// for YES, TRUE, ON and 1 and false for NO, FALSE, OFF and 0, in any
+// case; unset or empty is false. Anything else is an error whose text is
+// FreeBSD's: "WARNING: $name is not set properly - see rc.conf(5).",
+// prefixed with the file and line that set it; FreeBSD then treats the
+// service as disabled, silently but for that line.
+func (c *Config) YesNo(name string) (bool, error) {
+	v, ok := c.Lookup(name)
+	switch strings.ToLower(strings.TrimSpace(v.Value)) {
+	case "yes", "true", "on", "1":
+		return true, nil
+	case "no", "false", "off", "0", "":
+		return false, nil
+	}
+	where := ""
+	if ok && v.File != "" {
+		where = fmt.Sprintf("%s:%d: ", v.File, v.Line)
+	}
+	return false, fmt.Errorf("%sWARNING: $%s %w (%q)", where, name, ErrNotYesNo, v.Value)
+}
+
 // CheckYesNo implements rc.subr's checkyesno: YES, TRUE, ON and 1 are true,
 // case-insensitively, after trimming blanks; anything else is false.
 func CheckYesNo(v string) bool {
