@@ -148,39 +148,20 @@ func CheckYesNo(v string) bool {
 // top of a copy of c, returning the new Config. c is not modified. A file
 // with an error changes nothing.
 func (c *Config) Eval(file string, src []byte) (*Config, error) {
-	prog, err := syntax.NewParser(syntax.Variant(syntax.LangPOSIX), syntax.KeepComments(false)).
-		Parse(strings.NewReader(string(src)), file)
+	prog, err := parse(file, src)
 	if err != nil {
-		var pe syntax.ParseError
-		if errors.As(err, &pe) {
-			return nil, fmt.Errorf("%s:%d:%d: %w: %s", file, pe.Pos.Line(), pe.Pos.Col(), ErrSyntax, pe.Text)
-		}
-		return nil, fmt.Errorf("%s: %w: %v", file, ErrSyntax, err)
+		return nil, err
 	}
 	if err := CheckAssignments(file, prog); err != nil {
 		return nil, err
 	}
-	out := c.Clone()
-	env := &environ{c: out}
-	cfg := &expand.Config{Env: env}
+	s := &sourcer{out: c.Clone()}
 	for _, st := range prog.Stmts {
-		call := st.Cmd.(*syntax.CallExpr)
-		for _, as := range call.Assigns {
-			val := ""
-			if as.Value != nil {
-				v, err := expand.Literal(cfg, unescapeWord(as.Value))
-				if err != nil {
-					return nil, fmt.Errorf("%s:%d:%d: %s: %w", file, as.Pos().Line(), as.Pos().Col(), as.Name.Value, err)
-				}
-				val = v
-			}
-			if as.Append {
-				val = out.Get(as.Name.Value) + val
-			}
-			out.vars[as.Name.Value] = Var{Name: as.Name.Value, Value: val, File: file, Line: int(as.Pos().Line())}
+		if err := s.assign(file, st.Cmd.(*syntax.CallExpr).Assigns); err != nil {
+			return nil, err
 		}
 	}
-	return out, nil
+	return s.out, nil
 }
 
 // CheckAssignments verifies that prog holds only plain assignments without
@@ -279,9 +260,6 @@ func (e *environ) Set(name string, vr expand.Variable) error {
 	return nil
 }
 
-// Files is the rc(8) layering, relative to the root of an fs.FS.
-var Files = []string{"etc/defaults/rc.conf", "etc/rc.conf", "etc/rc.conf.local"}
-
 // ServiceDir is the directory of per-service overrides, relative to root.
 const ServiceDir = "etc/rc.conf.d"
 
@@ -292,30 +270,26 @@ type Chain struct {
 	global *Config
 	// Sources lists the files that were read, in order.
 	Sources []string
+	// Assigned maps each file read to the variables it assigns, with the
+	// line of the first assignment.
+	Assigned map[string]map[string]int
 }
 
-// Load evaluates seed, then each of Files that exists in fsys, in order. A
-// missing defaults/rc.conf is not an error (an empty appliance is valid);
-// any other read error, syntax error or forbidden statement is.
+// Load evaluates seed, then rc(8)'s layering: DefaultsFile, then
+// source_rc_confs over rc_conf_files (DefaultRCConfFiles unless the
+// defaults set it), each file relative to fsys's root. Missing files are
+// skipped (an empty appliance is valid); any other read error, syntax
+// error or statement that is not understood is an error, and a file with
+// an error changes nothing. See sourcer for what is understood.
 func Load(fsys fs.FS, seed map[string]string) (*Chain, error) {
-	cfg := New(seed)
-	ch := &Chain{fsys: fsys}
-	for _, f := range Files {
-		data, err := fs.ReadFile(fsys, f)
-		if errors.Is(err, fs.ErrNotExist) {
-			continue
-		}
-		if err != nil {
-			return nil, fmt.Errorf("%s: %w", f, err)
-		}
-		cfg, err = cfg.Eval(f, data)
-		if err != nil {
-			return nil, err
-		}
-		ch.Sources = append(ch.Sources, f)
+	s := &sourcer{fsys: fsys, out: New(seed), assigned: map[string]map[string]int{}}
+	if _, err := s.file(DefaultsFile, 0); err != nil {
+		return nil, err
 	}
-	ch.global = cfg
-	return ch, nil
+	if err := s.sourceRCConfs(); err != nil {
+		return nil, err
+	}
+	return &Chain{fsys: fsys, global: s.out, Sources: s.sources, Assigned: s.assigned}, nil
 }
 
 // Global returns the configuration common to all services.
