@@ -23,6 +23,9 @@ type Catalog struct {
 	Order []int
 	// Problems are ordering warnings (missing providers, cycles...).
 	Problems []string
+	// Warnings are configuration warnings that change nothing by
+	// themselves: rc.conf variables that nothing uses.
+	Warnings []string
 	byName   map[string]int
 }
 
@@ -79,10 +82,12 @@ func LoadCatalog(root fs.FS, seed map[string]string) (*Catalog, error) {
 	for _, e := range herrs {
 		c.Problems = append(c.Problems, e.Error())
 	}
+	refs := map[string]bool{}
 	for _, h := range hdrs {
 		data, err := fs.ReadFile(root, h.Path)
 		var d *Definition
 		if err == nil {
+			referencedVars(h.Path, data, refs)
 			d, err = ParseDefinition(chain, h, data, modes[h.Path]&0o111 != 0)
 		}
 		if err != nil {
@@ -104,6 +109,7 @@ func LoadCatalog(root fs.FS, seed map[string]string) (*Catalog, error) {
 		c.byName[d.Name] = len(c.Defs)
 		c.Defs = append(c.Defs, d)
 	}
+	c.Warnings = unknownVars(chain, c.Defs, refs)
 	deps, order, printed, problems := orderGraph(scripts)
 	c.Deps, c.Order = deps, order
 	c.Problems = append(c.Problems, problems...)

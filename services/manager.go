@@ -188,6 +188,9 @@ func (m *Manager) Boot(ctx context.Context) error {
 	for _, p := range cat.Problems {
 		m.log.Warn("rcorder: " + p)
 	}
+	for _, w := range cat.Warnings {
+		m.log.Warn(w)
+	}
 	for _, u := range units {
 		u.set(StateWaiting, "")
 	}

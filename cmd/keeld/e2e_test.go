@@ -237,6 +237,11 @@ func TestDefaultApplianceBootsClean(t *testing.T) {
 	if _, _, code := d.keelctl(nil, "status", "ipsec"); code != 0 {
 		t.Errorf("status ipsec exit %d", code)
 	}
+	for _, warn := range []string{"unknown variable", "WARN rcorder"} {
+		if strings.Contains(d.logText(), warn) {
+			t.Errorf("the default appliance's boot warns (%q):\n%s", warn, d.logText())
+		}
+	}
 	// Traffic flows and every SA ended on aesni (listed last on purpose).
 	deadline := time.Now().Add(10 * time.Second)
 	var v builtin.IPsec
