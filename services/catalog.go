@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io/fs"
 	"path"
+	"path/filepath"
 	"slices"
 	"strings"
 
@@ -55,7 +56,7 @@ func (c *Catalog) RequiredBy(i int) []int {
 // embedded appliance is declarative only). Symbolic links are followed;
 // dot files and non-regular files are ignored.
 func LoadCatalog(root fs.FS, seed map[string]string) (*Catalog, error) {
-	chain, err := rcconf.Load(root, seed)
+	chain, err := rcconf.LoadNamed(root, seed, HostName(seed["keel_root"]))
 	if err != nil {
 		return nil, err
 	}
@@ -129,6 +130,17 @@ func LoadCatalog(root fs.FS, seed map[string]string) (*Catalog, error) {
 		c.Deps[i] = nil
 	}
 	return c, nil
+}
+
+// HostName returns the function that names a file of an appliance root
+// in errors: its host path under rootDir, so that a message names the
+// file the operator has to edit; nil (the relative path) when rootDir is
+// "" (the embedded appliance).
+func HostName(rootDir string) func(string) string {
+	if rootDir == "" {
+		return nil
+	}
+	return func(p string) string { return filepath.Join(rootDir, filepath.FromSlash(p)) }
 }
 
 // DOT renders the service graph: an edge A -> B means A waits for B.

@@ -51,8 +51,9 @@ func unknownVars(ch *rcconf.Chain, defs []*Definition, refs map[string]bool) []s
 			known[v.Name] = true
 		}
 	}
+	defaults := ch.Name(path.Dir(rcconf.DefaultsFile)) + "/"
 	for f, names := range ch.Assigned {
-		if strings.HasPrefix(f, path.Dir(rcconf.DefaultsFile)+"/") {
+		if strings.HasPrefix(f, defaults) {
 			for n := range names {
 				known[n] = true
 			}
@@ -73,7 +74,7 @@ func unknownVars(ch *rcconf.Chain, defs []*Definition, refs map[string]bool) []s
 	}
 	var sites []site
 	for f, names := range ch.Assigned {
-		if strings.HasPrefix(f, path.Dir(rcconf.DefaultsFile)+"/") {
+		if strings.HasPrefix(f, defaults) {
 			continue
 		}
 		for n, line := range names {
@@ -91,7 +92,7 @@ func unknownVars(ch *rcconf.Chain, defs []*Definition, refs map[string]bool) []s
 			continue // reported as the service's error
 		}
 		for _, v := range cfg.Vars() {
-			if v.File == rcconf.ServiceDir+"/"+d.Name {
+			if v.File == ch.Name(rcconf.ServiceDir+"/"+d.Name) {
 				sites = append(sites, site{v.File, v.Line, v.Name})
 			}
 		}

@@ -1,7 +1,10 @@
 package services
 
 import (
+	"os"
+	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 )
 
@@ -26,5 +29,38 @@ func TestUnknownVars(t *testing.T) {
 	}
 	if !slices.Equal(got, want) {
 		t.Errorf("warnings:\n%q\nwant\n%q", got, want)
+	}
+}
+
+// TestErrorsNameHostPaths: with a root directory, errors and warnings
+// name the file under it that the operator has to edit, not the
+// root-relative path.
+func TestErrorsNameHostPaths(t *testing.T) {
+	root := writeRoot(t, tree{
+		"etc/rc.conf":     "a_enabel=YES\n",
+		"etc/rc.d/a":      svc("a", "", "name=a\nrcvar=a_enable\ntype=oneshot\ncommand=/bin/true\nstart_timout=1s\n"),
+		"etc/rc.d/b":      svc("b", "", "name=b\nrcvar=b_enable\ntype=oneshot\ncommand=/bin/true\n"),
+		"etc/rc.conf.d/b": "b_enable=MAYBE\n",
+	})
+	c, err := LoadCatalog(os.DirFS(root), map[string]string{"keel_root": root})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]string{
+		"a": filepath.Join(root, "etc/rc.d/a") + ":7:1: start_timout:",
+		"b": filepath.Join(root, "etc/rc.conf.d/b") + ":1: WARNING: $b_enable",
+	}
+	for name, prefix := range want {
+		i, _ := c.Lookup(name)
+		if err := c.Defs[i].Err; err == nil || !strings.HasPrefix(err.Error(), prefix) {
+			t.Errorf("%s: error %v, want it to start with %q", name, err, prefix)
+		}
+	}
+	if len(c.Warnings) != 1 || !strings.HasPrefix(c.Warnings[0], filepath.Join(root, "etc/rc.conf")+":1: a_enabel:") {
+		t.Errorf("warnings %q", c.Warnings)
+	}
+	_, err = LoadCatalog(os.DirFS(writeRoot(t, tree{"etc/rc.conf": "x=$(id)\n"})), map[string]string{"keel_root": "/srv/app"})
+	if err == nil || !strings.HasPrefix(err.Error(), "/srv/app/etc/rc.conf:1:3:") {
+		t.Errorf("rc.conf error %v does not name the host path", err)
 	}
 }

@@ -137,7 +137,7 @@ func checkKeys(file, name string, prog *syntax.File) error {
 // is returned with the error, so that a disabled service with a bad field
 // stays disabled rather than failed.
 func ParseDefinition(chain *rcconf.Chain, hdr Header, data []byte, exec bool) (*Definition, error) {
-	file := hdr.Path
+	file := chain.Name(hdr.Path)
 	prog, err := syntax.NewParser(syntax.Variant(syntax.LangPOSIX)).Parse(strings.NewReader(string(data)), file)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrBadService, err)
@@ -190,7 +190,7 @@ func ParseDefinition(chain *rcconf.Chain, hdr Header, data []byte, exec bool) (*
 	if d.Rcvar != "" {
 		on, err := local.YesNo(d.Rcvar)
 		if err != nil {
-			return d, fmt.Errorf("%w: %w", ErrBadService, err) // enabled, so that it shows failed
+			return d, fmt.Errorf("%w: %w", err, ErrBadService) // enabled, so that it shows failed
 		}
 		d.Enabled = on
 	}
@@ -323,7 +323,7 @@ func parseScript(chain *rcconf.Chain, hdr Header, prog *syntax.File) (*Definitio
 	if d.Rcvar != "" {
 		on, err := cfg.YesNo(d.Rcvar)
 		if err != nil {
-			return d, fmt.Errorf("%w: %w", ErrBadService, err)
+			return d, fmt.Errorf("%w: %w", err, ErrBadService)
 		}
 		d.Enabled = on
 	}

@@ -1,6 +1,8 @@
 package main
 
 import (
+	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/keelinit/keel/services"
@@ -12,10 +14,15 @@ import (
 // all the same and say so; only pktgen, which lists ipsec as requisite,
 // is blocked.
 func TestConfigTypoDoesNotLockOut(t *testing.T) {
-	d := startKeeld(t, applianceTree(t, "flush;\nspdflush;\nadd 192.0.2.1 192.0.2.2 esp 0x1001 -m tunnel -E aes-gcm-16 \"0123456789abcdef0123\";\nspdadd 10.1.0.0/24 10.2.0.0/24 any -P out ipsec esp/tunel/192.0.2.1-192.0.2.2/require;\n"))
+	root := applianceTree(t, "flush;\nspdflush;\nadd 192.0.2.1 192.0.2.2 esp 0x1001 -m tunnel -E aes-gcm-16 \"0123456789abcdef0123\";\nspdadd 10.1.0.0/24 10.2.0.0/24 any -P out ipsec esp/tunel/192.0.2.1-192.0.2.2/require;\n")
+	d := startKeeld(t, root)
 	st := d.status()
 	if s := st["ipsec"]; s.State != services.StateFailed {
 		t.Fatalf("ipsec with a typo: %s (%s), want failed", s.State, s.Reason)
+	}
+	// The error names the file to edit, under --root.
+	if s := st["ipsec"]; !strings.HasPrefix(s.Reason, filepath.Join(root, "etc/ipsec.conf")+":4:") {
+		t.Errorf("ipsec's reason %q does not name %s", s.Reason, filepath.Join(root, "etc/ipsec.conf"))
 	}
 	if s := st["NETWORKING"]; s.State != services.StateExited || s.Reason != "started after failed ipsec" {
 		t.Errorf("NETWORKING: %s %q, want exited %q", s.State, s.Reason, "started after failed ipsec")

@@ -148,7 +148,13 @@ func readConfig(env services.BuiltinEnv) (*setkey.Config, string, error) {
 		return nil, file, fmt.Errorf("ipsec_file: %w", err)
 	}
 	defer clear(data)
-	cfg, err := setkey.Parse(file, bytes.NewReader(data))
+	name := rel
+	if hn := services.HostName(env.Config.Get("keel_root")); hn != nil {
+		name = hn(rel) // errors name the file the operator edits
+	} else {
+		name = file
+	}
+	cfg, err := setkey.Parse(name, bytes.NewReader(data))
 	if err != nil {
 		return nil, file, err
 	}

@@ -267,30 +267,50 @@ const ServiceDir = "etc/rc.conf.d"
 // overrides. It is immutable once loaded and safe for concurrent use.
 type Chain struct {
 	fsys   fs.FS
+	name   func(string) string
 	global *Config
-	// Sources lists the files that were read, in order.
+	// Sources lists the files that were read, in order, relative to the
+	// root.
 	Sources []string
-	// Assigned maps each file read to the variables it assigns, with the
-	// line of the first assignment.
+	// Assigned maps each file read, by its Name, to the variables it
+	// assigns, with the line of the first assignment.
 	Assigned map[string]map[string]int
 }
 
-// Load evaluates seed, then rc(8)'s layering: DefaultsFile, then
+// Load is LoadNamed with files named by their path relative to fsys's
+// root.
+func Load(fsys fs.FS, seed map[string]string) (*Chain, error) {
+	return LoadNamed(fsys, seed, nil)
+}
+
+// LoadNamed evaluates seed, then rc(8)'s layering: DefaultsFile, then
 // source_rc_confs over rc_conf_files (DefaultRCConfFiles unless the
 // defaults set it), each file relative to fsys's root. Missing files are
 // skipped (an empty appliance is valid); any other read error, syntax
 // error or statement that is not understood is an error, and a file with
 // an error changes nothing. See sourcer for what is understood.
-func Load(fsys fs.FS, seed map[string]string) (*Chain, error) {
-	s := &sourcer{fsys: fsys, out: New(seed), assigned: map[string]map[string]int{}}
+//
+// name maps a path relative to the root to the name that errors and
+// Var.File use (the host path when the root is a directory, so that an
+// error names the file the operator has to edit); nil keeps the
+// relative path.
+func LoadNamed(fsys fs.FS, seed map[string]string, name func(string) string) (*Chain, error) {
+	if name == nil {
+		name = func(p string) string { return p }
+	}
+	s := &sourcer{fsys: fsys, name: name, out: New(seed), assigned: map[string]map[string]int{}}
 	if _, err := s.file(DefaultsFile, 0); err != nil {
 		return nil, err
 	}
 	if err := s.sourceRCConfs(); err != nil {
 		return nil, err
 	}
-	return &Chain{fsys: fsys, global: s.out, Sources: s.sources, Assigned: s.assigned}, nil
+	return &Chain{fsys: fsys, name: name, global: s.out, Sources: s.sources, Assigned: s.assigned}, nil
 }
+
+// Name returns the name of the file p (relative to the root) in errors
+// and Var.File.
+func (ch *Chain) Name(p string) string { return ch.name(p) }
 
 // Global returns the configuration common to all services.
 func (ch *Chain) Global() *Config { return ch.global }
@@ -307,9 +327,9 @@ func (ch *Chain) ForService(name string) (*Config, error) {
 		return ch.global, nil
 	}
 	if err != nil {
-		return nil, fmt.Errorf("%s: %w", p, err)
+		return nil, fmt.Errorf("%s: %w", ch.name(p), err)
 	}
-	return ch.global.Eval(p, data)
+	return ch.global.Eval(ch.name(p), data)
 }
 
 // unescapeWord returns a copy of w whose unquoted literal parts have had

@@ -38,7 +38,10 @@ const maxSourceDepth = 8
 //
 // Anything else is an error naming the file, line and column.
 type sourcer struct {
-	fsys    fs.FS
+	fsys fs.FS
+	// name gives the name of a file (relative to fsys's root) in errors
+	// and in Var.File: see LoadNamed.
+	name    func(string) string
 	out     *Config
 	sources []string
 	// assigned records, per file, the variables it assigns and the line
@@ -54,18 +57,19 @@ func (s *sourcer) file(p string, depth int) (bool, error) {
 		return false, nil
 	}
 	if err != nil {
-		return false, fmt.Errorf("%s: %w", p, err)
+		return false, fmt.Errorf("%s: %w", s.name(p), err)
 	}
 	if depth > maxSourceDepth {
-		return false, fmt.Errorf("%s: %w: sourced files nested more than %d deep", p, ErrStatement, maxSourceDepth)
+		return false, fmt.Errorf("%s: %w: sourced files nested more than %d deep", s.name(p), ErrStatement, maxSourceDepth)
 	}
-	prog, err := parse(p, data)
+	name := s.name(p)
+	prog, err := parse(name, data)
 	if err != nil {
 		return false, err
 	}
 	// Evaluate on a copy, so that a file with an error changes nothing.
 	saved := s.out.Clone()
-	if err := s.stmts(p, prog.Stmts, depth); err != nil {
+	if err := s.stmts(name, prog.Stmts, depth); err != nil {
 		s.out = saved
 		return false, err
 	}
