@@ -32,7 +32,8 @@ type fakeGateways struct {
 	tuns    []*netiotest.TUN
 	outers  []*netiotest.Outer
 	routes  [][]netip.Prefix
-	fail    error // returned by the next start
+	fail    error   // returned by the next start
+	fails   []error // then these, one per start
 }
 
 func (f *fakeGateways) start(_ context.Context, eng *ipsec.Engine, cfg dataplane.Config) (*dataplane.Gateway, error) {
@@ -40,6 +41,11 @@ func (f *fakeGateways) start(_ context.Context, eng *ipsec.Engine, cfg dataplane
 	defer f.mu.Unlock()
 	if err := f.fail; err != nil {
 		f.fail = nil
+		return nil, err
+	}
+	if len(f.fails) > 0 {
+		err := f.fails[0]
+		f.fails = f.fails[1:]
 		return nil, err
 	}
 	kind := netio.KindUDP
