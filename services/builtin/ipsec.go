@@ -61,6 +61,8 @@ type ipsecService struct {
 	// System; a later Start naming another file switches to it.
 	ledgerMu sync.Mutex
 	ledger   *ipsec.NonceLedger
+
+	expiry expiries // SA lifetime events (expiry.go)
 }
 
 // ledgerVar is the rc.conf variable naming the nonce ledger file.
@@ -223,7 +225,7 @@ func (s *ipsecService) Start(ctx context.Context, env services.BuiltinEnv) error
 	if err != nil {
 		return err
 	}
-	eng := ipsec.NewEngine(fw, ipsec.Options{NonceLedger: ledger})
+	eng := ipsec.NewEngine(fw, ipsec.Options{NonceLedger: ledger, OnExpire: s.expiry.onExpire(env.Log)})
 	if err := eng.Apply(ctx, cfg); err != nil {
 		_ = eng.Close(context.WithoutCancel(ctx))
 		return err
@@ -441,6 +443,7 @@ func (s *ipsecService) Status() string {
 	}
 	c := eng.Counters()
 	out := fmt.Sprintf("%d SA(s) [%s], %d policies, out %d pkts, in %d pkts", len(sas), strings.Join(parts, ", "), len(eng.Policies()), c.OutPackets, c.InPackets)
+	out += lifetimeText(sas)
 	if gw := s.gateway(); gw != nil {
 		// The tunnel first: keelctl status truncates long lines.
 		st := gw.Status()
