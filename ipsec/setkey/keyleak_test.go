@@ -195,3 +195,44 @@ func ExampleParseError_key() {
 	fmt.Println(err)
 	// Output: ipsec.conf:2:16: encryption key: the key at line 2, column 16 is neither "ascii" nor 0xHEX (quote an ASCII key; the key is not shown)
 }
+
+// TestEveryErrorPathHidesKeys: every error path of the parser (the
+// statements of parseErrorTests), run in a file whose other statements
+// hold distinctive keys (quoted and in hex, on the line before it or
+// the line after it), gives the
+// same error (one line further down where the keyed statements precede
+// it; an error at the end of the file is checked only for leaks when
+// they follow it) and none of the keys' text.
+func TestEveryErrorPathHidesKeys(t *testing.T) {
+	const k20, k16 = "jqxz-vkwq-zxjv-wqkz!", "zvqj-xwkz-qjvx-kw!"
+	h20 := hex.EncodeToString([]byte(k20))
+	keyed := "add 192.0.2.8 192.0.2.9 esp 0x7001 -E aes-gcm-16 \"" + k20 + "\";" +
+		" add 192.0.2.8 192.0.2.9 esp 0x7002 -E aes-cbc \"" + k16[:16] + "\" -A hmac-sha1 0x" + strings.Repeat("5a", 20) + ";" +
+		" add 192.0.2.8 192.0.2.9 esp 0x7003 -E aes-gcm-16 0x" + h20 + ";"
+	grams := keyGrams(k20, k16, h20)
+	for _, tc := range parseErrorTests {
+		for _, v := range []struct {
+			name, src string
+			dline     int
+		}{
+			{"before", keyed + "\n" + tc.src, 1},
+			{"after", tc.src + "\n" + keyed, 0},
+		} {
+			_, err := Parse("t.conf", strings.NewReader(v.src))
+			var pe *ParseError
+			if !errors.As(err, &pe) {
+				t.Fatalf("%s %s: %v", tc.name, v.name, err)
+			}
+			if g, ok := leaked(err.Error(), grams); ok {
+				t.Errorf("%s %s: error shows key text %q: %v", tc.name, v.name, g, err)
+			}
+			if v.name == "after" && (strings.Contains(tc.msg, "end of file") || strings.Contains(tc.msg, "unterminated")) {
+				continue // the file no longer ends there
+			}
+			msg := strings.ReplaceAll(tc.msg, fmt.Sprintf("line %d,", tc.line), fmt.Sprintf("line %d,", tc.line+v.dline))
+			if pe.Line != tc.line+v.dline || pe.Col != tc.col || pe.Field != tc.field || !strings.Contains(pe.Msg, msg) {
+				t.Errorf("%s %s: got %v, want line %d col %d %s: %s", tc.name, v.name, err, tc.line+v.dline, tc.col, tc.field, msg)
+			}
+		}
+	}
+}

@@ -229,15 +229,14 @@ func TestParseForms(t *testing.T) {
 	}
 }
 
-func TestParseErrors(t *testing.T) {
-	const secret = "0x5ec4e75ec4e75ec4e75ec4e75ec4e75e"
-	tests := []struct {
-		name      string
-		src       string
-		line, col int
-		field     string
-		msg       string
-	}{
+// parseErrorSecret is a key of the error table parseErrorTests.
+const parseErrorSecret = "0x5ec4e75ec4e75ec4e75ec4e75ec4e75e"
+
+// parseErrorTests is one statement for every error path of the parser,
+// with where the error is and what it says.
+var parseErrorTests = func() []parseErrorTest {
+	const secret = parseErrorSecret
+	return []parseErrorTest{
 		{"unknown command", "frobnicate;", 1, 1, "command", `expected a command (flush, spdflush, add, delete, spdadd, spddelete), got "frobnicate"`},
 		{"unsupported command", "\n  dump;", 2, 3, "command", `"dump" is not supported`},
 		{"stray semicolon", ";", 1, 1, "command", "got ';'"},
@@ -323,7 +322,19 @@ func TestParseErrors(t *testing.T) {
 		{"spddelete missing dir", "spddelete 10.0.0.0/8 10.0.0.0/8 any -P;", 1, 39, "direction", "got ';'"},
 		{"delete extra", "delete 1.2.3.4 1.2.3.5 esp 300 -m tunnel;", 1, 32, "delete", `expected ';', got "-m"`},
 	}
-	for _, tc := range tests {
+}()
+
+type parseErrorTest struct {
+	name      string
+	src       string
+	line, col int
+	field     string
+	msg       string
+}
+
+func TestParseErrors(t *testing.T) {
+	const secret = parseErrorSecret
+	for _, tc := range parseErrorTests {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg, err := Parse("t.conf", strings.NewReader(tc.src))
 			if cfg != nil {
