@@ -90,19 +90,14 @@ func TestSALifetimeEvents(t *testing.T) {
 			t.Errorf("/v1/ipsec/sa: SA 0x%x %s %q", sa.SPI, sa.State, sa.Expired)
 		}
 	}
-	m := gather(t, b.sys.Collectors()...)
-	for key, want := range map[string]float64{
+	wantMetrics(t, map[string]float64{
 		"keel_ipsec_sa_expired_total,lifetime=soft,reason=bytes": 1,
 		"keel_ipsec_sa_expired_total,lifetime=hard,reason=bytes": 1,
 		"keel_ipsec_sa_expired_total,lifetime=soft,reason=time":  1,
 		"keel_ipsec_sa_expired_total,lifetime=hard,reason=time":  1,
 		"keel_ipsec_sas,state=dead":                              2,
 		"keel_ipsec_sas,state=mature":                            0,
-	} {
-		if m[key] != want {
-			t.Errorf("metric %s = %v, want %v", key, m[key], want)
-		}
-	}
+	}, b.sys.Collectors()...)
 
 	// keeld's log: one line per event, saying what ran out; no key.
 	text := log.String()

@@ -166,3 +166,15 @@ func gather(t *testing.T, cols ...prometheus.Collector) map[string]float64 {
 	}
 	return got
 }
+
+// wantMetrics fails the test for every metric of want (keyed as by
+// gather) whose value in cols differs.
+func wantMetrics(t *testing.T, want map[string]float64, cols ...prometheus.Collector) {
+	t.Helper()
+	got := gather(t, cols...)
+	for key, v := range want {
+		if got[key] != v {
+			t.Errorf("metric %s = %v, want %v", key, got[key], v)
+		}
+	}
+}
