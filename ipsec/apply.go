@@ -50,6 +50,23 @@ type sadKey struct {
 // outcome. It is safe for concurrent use with the data path; concurrent
 // Apply calls are serialised.
 func (e *Engine) Apply(ctx context.Context, cfg *setkey.Config) error {
+	return e.ApplyThen(ctx, cfg, nil)
+}
+
+// ApplyThen is Apply with a last step that may veto the change: once
+// the new configuration is ready (every new SA bound and granted its
+// first nonces, the policies validated) and before any of it is
+// installed, it calls prepare, if not nil, with the new policies. If
+// prepare returns an error, nothing changes, as for any other failure of
+// Apply, and ApplyThen returns that error; otherwise the configuration is
+// installed, which can no longer fail. This is how a user reconfigures
+// what depends on the engine (an interface, its routes) together with
+// the engine, all or nothing: prepare sets up the new dependants, and
+// undoes what it did before returning an error. During prepare the data
+// path still runs on the old configuration. prepare runs with the
+// engine's configuration lock held: it must not call Apply, ApplyThen or
+// Close (the data path, status methods and Policies are fine).
+func (e *Engine) ApplyThen(ctx context.Context, cfg *setkey.Config, prepare func(policies []spd.Policy) error) error {
 	defer cfg.Zero()
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -181,6 +198,12 @@ func (e *Engine) Apply(ctx context.Context, cfg *setkey.Config) error {
 	if err := e.opts.NonceLedger.commit(final); err != nil {
 		return fail(err) // names the SA's file:line:col or the ledger file
 	}
+	if prepare != nil {
+		if err := prepare(append([]spd.Policy(nil), policies...)); err != nil {
+			return fail(err)
+		}
+	}
+	// Replace cannot fail here: the policies were validated above.
 	if err := e.spd.Replace(policies); err != nil {
 		return fail(fmt.Errorf("%s: %w", cfgName(cfg), err))
 	}

@@ -130,13 +130,15 @@ func TestApplyKeepsState(t *testing.T) {
 }
 
 // TestLifetimes: hard byte limit, sequence exhaustion without ESN, time
-// lifetimes and OnExpire.
+// lifetimes and OnExpire, with the lifetime that ran out.
 func TestLifetimes(t *testing.T) {
 	var mu sync.Mutex
 	events := map[uint32][]bool{}
+	reasons := map[uint32][]string{}
 	e := newTestEngine(t, Options{Tick: 10 * time.Millisecond, OnExpire: func(st SAStatus, hard bool) {
 		mu.Lock()
 		events[st.SPI] = append(events[st.SPI], hard)
+		reasons[st.SPI] = append(reasons[st.SPI], st.Expired)
 		mu.Unlock()
 	}})
 	pool := NewPool(0)
@@ -195,6 +197,13 @@ spdadd 192.168.1.0/24 192.168.4.0/24 any -P out ipsec esp/tunnel/192.0.2.1-192.0
 		got := events[spi]
 		if len(got) != len(want) || got[0] != want[0] || got[1] != want[1] {
 			t.Errorf("OnExpire for 0x%x: %v, want %v", spi, got, want)
+		}
+	}
+	// An SA past both limits in one step reports the hard limit's reason
+	// with both events.
+	for spi, want := range map[uint32]string{0x1001: ExpiredBytes, 0x1003: ExpiredSeq, 0x1004: ExpiredTime} {
+		if got := reasons[spi]; len(got) != 2 || got[0] != want || got[1] != want {
+			t.Errorf("OnExpire for 0x%x: Expired %q, want %q twice", spi, got, want)
 		}
 	}
 }

@@ -23,6 +23,9 @@ type SAStatus struct {
 	// State is "mature", "dying" (soft lifetime passed), "dead" (hard
 	// lifetime passed) or "deleted".
 	State string
+	// Expired names the lifetime that made the SA dying or dead (see
+	// ExpiredTime and the other Expired constants); "" otherwise.
+	Expired string
 	// Provider is the crypto provider the SA's binding currently uses;
 	// Rebinds counts how often the binding moved.
 	Provider string
@@ -51,12 +54,54 @@ type Counters struct {
 	Drops                Drops
 }
 
+// What SAStatus.Expired says ran out.
+const (
+	ExpiredTime    = "time"             // -lh / -ls seconds since the SA was added
+	ExpiredBytes   = "bytes"            // -bh / -bs inner bytes, both directions
+	ExpiredPackets = "packets"          // a configured packet limit
+	ExpiredSeq     = "sequence numbers" // the sequence space: 2^32-1 (2^64-1 with ESN), or 15/16 of it for the soft limit
+)
+
+// expiredBy says which lifetime put the SA in state st (stateDying or
+// stateDead), or "" for other states. It reads the counters, off the data
+// path, rather than have the data path record why.
+func (s *sa) expiredBy(st uint32) string {
+	var pkts, bytes uint64
+	var age time.Duration
+	switch st {
+	case stateDead:
+		pkts, bytes, age = s.hardPkts, s.cfg.HardBytes, s.cfg.HardTime
+	case stateDying:
+		pkts, bytes, age = s.softPkts, s.cfg.SoftBytes, s.cfg.SoftTime
+	default:
+		return ""
+	}
+	seq := s.seq.Load()
+	switch {
+	case seq >= pkts:
+		if st == stateDead && s.cfg.HardPackets != 0 && s.hardPkts == s.cfg.HardPackets ||
+			st == stateDying && s.cfg.SoftPackets != 0 && s.softPkts == s.cfg.SoftPackets {
+			return ExpiredPackets
+		}
+		return ExpiredSeq
+	case bytes != 0 && s.outBytes.Load()+s.inBytes.Load() >= bytes:
+		return ExpiredBytes
+	case age > 0:
+		// Neither numbers nor bytes ran out: only time (checked by
+		// housekeeping) can have moved the SA.
+		return ExpiredTime
+	}
+	return ExpiredSeq // the 64-bit counter wrapped (reserve)
+}
+
 func (s *sa) status() SAStatus {
+	state := s.state.Load()
 	st := SAStatus{
 		Src: s.cfg.Src, Dst: s.cfg.Dst, Proto: s.cfg.Proto, SPI: s.cfg.SPI,
 		Mode: s.cfg.Mode, ReqID: s.cfg.ReqID, ESN: s.cfg.ESN, Alg: s.cfg.Alg,
 		ReplayWindow: s.cfg.ReplayWindow,
-		State:        stateNames[s.state.Load()],
+		State:        stateNames[state],
+		Expired:      s.expiredBy(state),
 		Seq:          min(s.seq.Load(), s.hardPkts),
 		OutPackets:   s.outPkts.Load(), OutBytes: s.outBytes.Load(),
 		InPackets: s.inPkts.Load(), InBytes: s.inBytes.Load(),

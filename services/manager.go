@@ -601,9 +601,12 @@ func (m *Manager) Reload(ctx context.Context) (ReloadResult, error) {
 		case c.reload:
 			c.u.logf(slog.LevelInfo, "settings changed; reloading in place")
 			if err := c.u.reload(ctx); err != nil {
-				// Keep running with the old configuration, and keep the old
+				// Keep running with the old configuration (unless the
+				// builtin stopped, see ErrStopped), and keep the old
 				// definition so that the next reload tries again.
-				c.u.logf(slog.LevelError, "reload failed, keeping the running configuration: %v", err)
+				if !errors.Is(err, ErrStopped) {
+					c.u.logf(slog.LevelError, "reload failed, keeping the running configuration: %v", err)
+				}
 				c.u.mu.Lock()
 				c.u.def = c.old
 				c.u.mu.Unlock()

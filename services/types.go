@@ -68,6 +68,11 @@ var (
 	ErrNotPermitted   = errors.New("operation not permitted")
 	ErrBlocked        = errors.New("blocked by a failed requirement")
 	ErrExited         = errors.New("process exited")
+	// ErrStopped, wrapped in the error of a Reloader's Reload, says that
+	// the reload failed, could not restore the running configuration and
+	// left the builtin stopped (its Stop is not called again): the
+	// Manager marks the service failed with the error as its reason.
+	ErrStopped = errors.New("reload could not be rolled back; the service stopped")
 )
 
 // Status is one row of keelctl status.

@@ -523,7 +523,15 @@ func (u *unit) reload(ctx context.Context) error {
 	if !ok {
 		return fmt.Errorf("%s cannot reload in place", u.name)
 	}
-	return r.Reload(ctx, u.env(d))
+	err := r.Reload(ctx, u.env(d))
+	if errors.Is(err, ErrStopped) {
+		u.mu.Lock()
+		u.builtin = nil
+		u.mu.Unlock()
+		u.set(StateFailed, err.Error())
+		u.logf(slog.LevelError, "reload: %v", err)
+	}
+	return err
 }
 
 // stop brings the unit down: builtin Stop, stop_signal to a daemon's

@@ -114,8 +114,10 @@ func (f *fakeKeeld) handler() http.Handler {
 	}))
 	ifs := []builtin.Interface{{Name: "keel0", MTU: 1420, Encap: "udp", Outer: "udp:4500", Local: "10.99.0.1", Peer: "10.99.0.2",
 		Out: builtin.IfDir{Packets: 12, Bytes: 3400, Drops: map[string]uint64{"no-policy": 1}, DropTotal: 1}, In: builtin.IfDir{Packets: 11, Bytes: 3300}}}
-	sas := []builtin.SA{{Src: "10.99.0.1", Dst: "10.99.0.2", SPI: 0x1001, Mode: "tunnel", Alg: "aes-gcm-16", Provider: "aesni", Rebinds: 1,
-		OutPackets: 12, OutBytes: 3400, Drops: map[string]uint64{"replay": 2}}}
+	sas := []builtin.SA{{Src: "10.99.0.1", Dst: "10.99.0.2", SPI: 0x1001, Mode: "tunnel", Alg: "aes-gcm-16", State: "mature", Provider: "aesni", Rebinds: 1,
+		OutPackets: 12, OutBytes: 3400, Drops: map[string]uint64{"replay": 2}},
+		{Src: "10.99.0.1", Dst: "10.99.0.2", SPI: 0x1003, Mode: "tunnel", Alg: "aes-gcm-16", State: "dead", Expired: "sequence numbers", Provider: "aesni",
+			OutPackets: 4294967295, OutBytes: 4294967295000, Drops: map[string]uint64{"sa-expired": 7}}}
 	pols := []builtin.Policy{{Index: 0, Dir: "out", Policy: "spdadd 10.98.0.1 10.98.0.2 any -P out ipsec esp/tunnel/10.99.0.1-10.99.0.2/require", Pos: "ipsec.conf:5"}}
 	ipsecView := func(v builtin.IPsec) http.HandlerFunc {
 		v.Running = !f.down

@@ -247,9 +247,13 @@ func printInterfaces(w io.Writer, ifs []builtin.Interface) error {
 // printSAs is keelctl ipsec sa: the SAs and the engine's totals.
 func printSAs(w io.Writer, v builtin.IPsec) error {
 	tw := newTable(w)
-	fmt.Fprintln(tw, "SPI\tSRC\tDST\tMODE\tALG\tPROVIDER\tREBINDS\tOUT PKTS\tOUT BYTES\tIN PKTS\tIN BYTES\tDROPS")
+	fmt.Fprintln(tw, "SPI\tSRC\tDST\tMODE\tALG\tSTATE\tPROVIDER\tREBINDS\tOUT PKTS\tOUT BYTES\tIN PKTS\tIN BYTES\tDROPS")
 	for _, s := range v.SAs {
-		fmt.Fprintf(tw, "0x%x\t%s\t%s\t%s\t%s\t%s\t%d\t%d\t%d\t%d\t%d\t%s\n", s.SPI, s.Src, s.Dst, s.Mode, s.Alg, s.Provider, s.Rebinds,
+		state := s.State
+		if s.Expired != "" {
+			state += " (" + s.Expired + ")"
+		}
+		fmt.Fprintf(tw, "0x%x\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%d\t%d\t%d\t%d\t%s\n", s.SPI, s.Src, s.Dst, s.Mode, s.Alg, orDash(nonEmpty(state)), s.Provider, s.Rebinds,
 			s.OutPackets, s.OutBytes, s.InPackets, s.InBytes, drops(s.Drops))
 	}
 	tw.Flush()

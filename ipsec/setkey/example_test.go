@@ -30,5 +30,5 @@ spdadd 10.0.0.0/24 10.0.1.0/24 any -P out ipsec esp/tunnel/192.0.2.1-192.0.2.2/r
 	// aes-gcm-16-128 64 ipsec.conf:3:1
 	// add 192.0.2.1 192.0.2.2 esp 0x1000 -m tunnel -E aes-gcm-16 [redacted 20 bytes];
 	// spdadd 10.0.0.0/24[any] 10.0.1.0/24[any] any -P out ipsec esp/tunnel/192.0.2.1-192.0.2.2/require;
-	// bad.conf:2:17: encryption key: aes-gcm-16 key must be 20, 28 or 36 (key and 4-byte salt) bytes, got 2
+	// bad.conf:2:17: encryption key: the key at line 2, column 17: aes-gcm-16 key must be 20, 28 or 36 (key and 4-byte salt) bytes, got 2
 }

@@ -148,12 +148,62 @@ func algorithm[T any](p *parser, field string, table map[string]T, known, last s
 			return zero, v, p.err(v, field, "%s is not supported, expected %s or %s", p.text(v), known, last)
 		}
 	}
-	return zero, v, p.expected(v, field, "an "+field+" ("+known+", "+last+")")
+	return zero, v, p.expectedHidden(v, field, "an "+field+" ("+known+", "+last+")")
 }
 
 func (p *parser) expected(t token, field, what string) *ParseError {
 	return p.err(t, field, "expected %s, got %s", what, p.describe(t))
 }
+
+// expectedHidden is expected for the positions of an "add" after its
+// SPI, where a key typed in the wrong place (or the tail of a key typed
+// with a space) can land: only words of the grammar are quoted there
+// (see describeHidden).
+func (p *parser) expectedHidden(t token, field, what string) *ParseError {
+	return p.err(t, field, "expected %s, got %s", what, p.describeHidden(t))
+}
+
+// describeHidden is describe for positions where key material may stand:
+// a word is quoted only if it is a word of the grammar (vocabulary);
+// any other word is described by its length only.
+func (p *parser) describeHidden(t token) string {
+	if t.kind != tokWord {
+		return p.describe(t)
+	}
+	w := p.src[t.off:t.end]
+	if vocabulary[string(w)] {
+		return strconv.Quote(string(w))
+	}
+	return fmt.Sprintf("a %d-character word (not shown)", len(w))
+}
+
+// vocabulary holds every word of the setkey grammar that can follow an
+// SPI: statement keywords, options, algorithm names (supported or not),
+// modes and flags. describeHidden quotes only these.
+var vocabulary = func() map[string]bool {
+	v := map[string]bool{}
+	for _, w := range []string{"flush", "spdflush", "add", "delete", "spdadd", "spddelete", "deleteall", "get", "dump",
+		"spddump", "spdupdate", "update", "exit", "quit", "transport", "tunnel", "any", "esn", "nocyclic-seq",
+		"zero-pad", "random-pad", "seq-pad"} {
+		v[w] = true
+	}
+	for w := range addOptions {
+		v[w] = true
+	}
+	for w := range encAlgs {
+		v[w] = true
+	}
+	for w := range authAlgs {
+		v[w] = true
+	}
+	for w := range unsupportedAlgs {
+		v[w] = true
+	}
+	return v
+}()
+
+// addOptions are the options of "add".
+var addOptions = map[string]bool{"-m": true, "-r": true, "-u": true, "-f": true, "-lh": true, "-ls": true, "-bh": true, "-bs": true, "-E": true, "-A": true}
 
 // describe names a token for an error message without ever echoing
 // anything that could be key material: quoted strings, long hex strings and
@@ -500,8 +550,12 @@ var unsupportedAlgs = map[string]bool{
 	"aes-xcbc-mac": true, "tcp-md5": true,
 }
 
-// key parses an optional key token following an algorithm. It returns
-// (nil, tok, false) when no key token follows.
+// key parses the key that may follow an algorithm. It returns (nil, tok,
+// false) when none follows: the next token is an option of "add", ';' or
+// the end. Any other token stands in the key's position and is taken as
+// the key: a quoted string, 0xHEX, or an error for anything else (an
+// unquoted word). Errors about a key name it by position ("the key at
+// line 9, column 22", see keyErr) and never show any of its text.
 func (p *parser) key(field string) ([]byte, token, bool, error) {
 	t := p.peek()
 	switch t.kind {
@@ -510,27 +564,38 @@ func (p *parser) key(field string) ([]byte, token, bool, error) {
 		return bytes.Clone(p.src[t.off:t.end]), t, true, nil
 	case tokWord:
 		w := p.src[t.off:t.end]
-		if len(w) < 2 || w[0] != '0' || (w[1] != 'x' && w[1] != 'X') {
+		if addOptions[string(w)] {
 			return nil, t, false, nil
 		}
 		p.next()
-		h := w[2:]
-		if len(h)%2 != 0 {
-			return nil, t, true, p.err(t, field, "expected an even number of hex digits, got %d", len(h))
+		if len(w) < 2 || w[0] != '0' || (w[1] != 'x' && w[1] != 'X') {
+			return nil, t, true, p.keyErr(t, 0, field, " is neither \"ascii\" nor 0xHEX (quote an ASCII key; the key is not shown)")
 		}
+		h := w[2:]
 		for i, c := range h {
 			if !isHex(c) {
-				return nil, t, true, p.errAt(t, 2+i, field, "expected hex digits, got a non-hex character")
+				return nil, t, true, p.keyErr(t, 2+i, field, " has a non-hex character at column %d", t.col+2+i)
 			}
+		}
+		if len(h)%2 != 0 {
+			return nil, t, true, p.keyErr(t, 0, field, " has an odd number of hex digits (%d)", len(h))
 		}
 		k := make([]byte, len(h)/2)
 		if _, err := hex.Decode(k, h); err != nil {
 			clear(k)
-			return nil, t, true, p.err(t, field, "expected hex digits")
+			return nil, t, true, p.keyErr(t, 0, field, " is not valid hex")
 		}
 		return k, t, true, nil
 	}
 	return nil, t, false, nil
+}
+
+// keyErr reports an error about the key token t, at column offset colOff
+// inside it: "the key at line L, column C" followed by the message (which
+// starts with " is ..." or ": ..."). The arguments must not come from the
+// key's text.
+func (p *parser) keyErr(t token, colOff int, field, format string, args ...any) *ParseError {
+	return p.errAt(t, colOff, field, "the key at line %d, column %d%s", t.line, t.col, fmt.Sprintf(format, args...))
 }
 
 func (p *parser) add(pos Pos) (sa *SA, err error) {
@@ -556,13 +621,11 @@ func (p *parser) add(pos Pos) (sa *SA, err error) {
 			break
 		}
 		if t.kind != tokWord {
-			return sa, p.expected(t, "add", "an option (-m, -r, -u, -f, -lh, -ls, -bh, -bs, -E, -A) or ';'")
+			return sa, p.expectedHidden(t, "add", "an option (-m, -r, -u, -f, -lh, -ls, -bh, -bs, -E, -A) or ';'")
 		}
 		opt := p.text(t)
-		switch opt {
-		case "-m", "-r", "-u", "-f", "-lh", "-ls", "-bh", "-bs", "-E", "-A":
-		default:
-			return sa, p.expected(t, "add", "an option (-m, -r, -u, -f, -lh, -ls, -bh, -bs, -E, -A) or ';'")
+		if !addOptions[opt] {
+			return sa, p.expectedHidden(t, "add", "an option (-m, -r, -u, -f, -lh, -ls, -bh, -bs, -E, -A) or ';'")
 		}
 		if seen[opt] && opt != "-f" {
 			return sa, p.err(t, opt, "duplicate option %s", opt)
@@ -579,13 +642,13 @@ func (p *parser) add(pos Pos) (sa *SA, err error) {
 			case p.isWord(v, "any"):
 				sa.Mode = spd.ModeAny
 			default:
-				return sa, p.expected(v, "mode", "transport, tunnel or any")
+				return sa, p.expectedHidden(v, "mode", "transport, tunnel or any")
 			}
 		case "-r":
 			v := p.next()
 			n, e := p.number(v, 32)
 			if e != nil {
-				return sa, p.expected(v, "replay window", "a window size in bytes")
+				return sa, p.expectedHidden(v, "replay window", "a window size in bytes")
 			}
 			if n*8 > MaxReplayWindow {
 				return sa, p.err(v, "replay window", "%d bytes is %d packets, expected at most %d bytes (%d packets)", n, n*8, MaxReplayWindow/8, MaxReplayWindow)
@@ -595,7 +658,7 @@ func (p *parser) add(pos Pos) (sa *SA, err error) {
 			v := p.next()
 			n, e := p.number(v, 32)
 			if e != nil {
-				return sa, p.expected(v, "reqid", "a reqid 0-4294967295")
+				return sa, p.expectedHidden(v, "reqid", "a reqid 0-4294967295")
 			}
 			sa.ReqID = uint32(n)
 		case "-f":
@@ -608,13 +671,13 @@ func (p *parser) add(pos Pos) (sa *SA, err error) {
 			case p.isWord(v, "zero-pad") || p.isWord(v, "random-pad") || p.isWord(v, "seq-pad"):
 				return sa, p.err(v, "flag", "%s is not supported (Keel always pads per RFC 4303), expected esn or nocyclic-seq", p.text(v))
 			default:
-				return sa, p.expected(v, "flag", "esn or nocyclic-seq")
+				return sa, p.expectedHidden(v, "flag", "esn or nocyclic-seq")
 			}
 		case "-lh", "-ls":
 			v := p.next()
 			n, e := p.number(v, 64)
 			if e != nil || n > uint64(math.MaxInt64/int64(time.Second)) {
-				return sa, p.expected(v, "lifetime", "a time in seconds")
+				return sa, p.expectedHidden(v, "lifetime", "a time in seconds")
 			}
 			if opt == "-lh" {
 				sa.HardTime = time.Duration(n) * time.Second
@@ -625,7 +688,7 @@ func (p *parser) add(pos Pos) (sa *SA, err error) {
 			v := p.next()
 			n, e := p.number(v, 64)
 			if e != nil {
-				return sa, p.expected(v, "lifetime", "a byte count")
+				return sa, p.expectedHidden(v, "lifetime", "a byte count")
 			}
 			if opt == "-bh" {
 				sa.HardBytes = n
@@ -643,11 +706,11 @@ func (p *parser) add(pos Pos) (sa *SA, err error) {
 				return sa, e
 			}
 			if !present && a.cipher != crypto.CipherNull {
-				return sa, p.expected(kt, "encryption key", "a key (\"ascii\" or 0xHEX)")
+				return sa, p.expectedHidden(kt, "encryption key", "a key (\"ascii\" or 0xHEX) after "+p.text(v))
 			}
 			if !validLen(len(k), a.lens) {
 				clear(k)
-				return sa, p.err(kt, "encryption key", "%s key must be %s bytes, got %d", p.text(v), a.names, len(k))
+				return sa, p.keyErr(kt, 0, "encryption key", ": %s key must be %s bytes, got %d", p.text(v), a.names, len(k))
 			}
 			sa.EncKey = k
 			if a.cipher == crypto.CipherNull {
@@ -664,11 +727,11 @@ func (p *parser) add(pos Pos) (sa *SA, err error) {
 				return sa, e
 			}
 			if !present && a != crypto.AuthNone {
-				return sa, p.expected(kt, "authentication key", "a key (\"ascii\" or 0xHEX)")
+				return sa, p.expectedHidden(kt, "authentication key", "a key (\"ascii\" or 0xHEX) after "+p.text(v))
 			}
 			if len(k) != a.KeyLen() {
 				clear(k)
-				return sa, p.err(kt, "authentication key", "%s key must be %d bytes, got %d", p.text(v), a.KeyLen(), len(k))
+				return sa, p.keyErr(kt, 0, "authentication key", ": %s key must be %d bytes, got %d", p.text(v), a.KeyLen(), len(k))
 			}
 			sa.AuthKey = k
 			if a == crypto.AuthNone {

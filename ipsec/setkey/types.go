@@ -32,6 +32,11 @@
 //	-A null                              no key (or "")
 //
 // A non-AEAD -E needs a non-null -A; an AEAD takes no -A (or -A null).
+// Any token after the algorithm other than an option or ';' is its key:
+// an unquoted word there is an error. An error about a key names it by
+// position ("the key at line 9, column 22") and never shows any of it;
+// in an add statement after the SPI, where a misplaced key can land,
+// errors quote only words of the grammar and describe others by length.
 //
 // Replay window: "-r" is in bytes as in setkey, so the window is bytes*8
 // packets, at most 4096 packets (-r 512). "-r 0" disables replay checking.

@@ -32,7 +32,8 @@ type fakeGateways struct {
 	tuns    []*netiotest.TUN
 	outers  []*netiotest.Outer
 	routes  [][]netip.Prefix
-	fail    error // returned by the next start
+	fail    error   // returned by the next start
+	fails   []error // then these, one per start
 }
 
 func (f *fakeGateways) start(_ context.Context, eng *ipsec.Engine, cfg dataplane.Config) (*dataplane.Gateway, error) {
@@ -40,6 +41,11 @@ func (f *fakeGateways) start(_ context.Context, eng *ipsec.Engine, cfg dataplane
 	defer f.mu.Unlock()
 	if err := f.fail; err != nil {
 		f.fail = nil
+		return nil, err
+	}
+	if len(f.fails) > 0 {
+		err := f.fails[0]
+		f.fails = f.fails[1:]
 		return nil, err
 	}
 	kind := netio.KindUDP
@@ -135,17 +141,12 @@ func TestIPsecGateway(t *testing.T) {
 	if err := c.Get(ctx, "/v1/ipsec", nil, &all); err != nil || len(all.Interfaces) != 1 || len(all.SAs) != 4 || len(all.Policies) != 4 {
 		t.Errorf("/v1/ipsec: %+v %v", all, err)
 	}
-	got := gather(t, sys.Collectors()...)
-	for key, want := range map[string]float64{
+	wantMetrics(t, map[string]float64{
 		"keel_ipsec_if_packets_total,dir=out,if=keel0":                  1,
 		"keel_ipsec_if_read_packets_total,dir=out,if=keel0":             2,
 		"keel_ipsec_if_drops_total,dir=out,if=keel0,reason=no-policy":   1,
 		"keel_ipsec_if_up,encap=udp,if=keel0,outer=pipe:192.0.2.1:4500": 1,
-	} {
-		if got[key] != want {
-			t.Errorf("metric %s = %v, want %v", key, got[key], want)
-		}
-	}
+	}, sys.Collectors()...)
 
 	conf := string(root["etc/ipsec.conf"].Data)
 	steps := []struct {

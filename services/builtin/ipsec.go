@@ -61,6 +61,8 @@ type ipsecService struct {
 	// System; a later Start naming another file switches to it.
 	ledgerMu sync.Mutex
 	ledger   *ipsec.NonceLedger
+
+	expiry expiries // SA lifetime events (expiry.go)
 }
 
 // ledgerVar is the rc.conf variable naming the nonce ledger file.
@@ -229,7 +231,7 @@ func (s *ipsecService) Start(ctx context.Context, env services.BuiltinEnv) error
 	if err != nil {
 		return err
 	}
-	eng := ipsec.NewEngine(fw, ipsec.Options{NonceLedger: ledger})
+	eng := ipsec.NewEngine(fw, ipsec.Options{NonceLedger: ledger, OnExpire: s.expiry.onExpire(env.Log)})
 	if err := eng.Apply(ctx, cfg); err != nil {
 		_ = eng.Close(context.WithoutCancel(ctx))
 		return err
@@ -297,14 +299,22 @@ func orNone(s string) string {
 	return s
 }
 
-// Reload re-reads ipsec_file and applies it atomically (all or nothing),
-// then reconciles the gateway: a changed ipsec_tun, ipsec_local,
-// ipsec_peer, ipsec_encap (or another gateway variable) restarts it, an
-// unset ipsec_tun stops it; otherwise it keeps running and, when its routes
-// come from the policies (no ipsec_routes), the routes of the new outbound
-// policies are added (routes of removed policies stay: what they carry is
-// dropped and counted as no-policy). A gateway whose loops stopped on an
-// error is restarted, so a reload recovers it.
+// Reload re-reads ipsec_file and applies it together with the gateway,
+// all or nothing: a changed ipsec_tun, ipsec_local, ipsec_peer,
+// ipsec_encap (or another gateway variable) restarts the gateway, an
+// unset ipsec_tun stops it; otherwise it keeps running and, when its
+// routes come from the policies (no ipsec_routes), the routes of the new
+// outbound policies are added (routes of removed policies stay: what they
+// carry is dropped and counted as no-policy). A gateway whose loops
+// stopped on an error is restarted, so a reload recovers it.
+//
+// The engine's new configuration is installed only once the gateway part
+// succeeded (ipsec.Engine.ApplyThen). When the new gateway cannot start
+// (its port is taken, say), the old one is started again with its
+// configuration, the engine keeps its configuration, and the error is
+// returned: the service runs as before. If the old gateway cannot be
+// started again either, the service stops and the error wraps
+// services.ErrStopped, so that the Manager shows it failed.
 func (s *ipsecService) Reload(ctx context.Context, env services.BuiltinEnv) error {
 	eng := s.engine()
 	if eng == nil {
@@ -319,44 +329,85 @@ func (s *ipsecService) Reload(ctx context.Context, env services.BuiltinEnv) erro
 		return err
 	}
 	defer cfg.Zero()
-	if err := eng.Apply(ctx, cfg); err != nil {
-		return err
-	}
-	env.Log.Info(fmt.Sprintf("reloaded: %d SA(s), %d policies", len(eng.SAs()), len(eng.Policies())))
 	s.mu.RLock()
 	old, oldCfg := s.gw, s.gwCfg
 	s.mu.RUnlock()
-	if old != nil && tun && reflect.DeepEqual(oldCfg, gwCfg) && !stopped(old) {
+	keep := old != nil && tun && reflect.DeepEqual(oldCfg, gwCfg) && !stopped(old)
+	err = eng.ApplyThen(ctx, cfg, func(pols []spd.Policy) error {
+		if !keep {
+			return s.replaceGateway(ctx, eng, old, oldCfg, gwCfg, tun, pols, env.Log)
+		}
 		if len(gwCfg.Routes) == 0 {
-			if routes := dataplane.PolicyRoutes(eng.Policies()); len(routes) > 0 {
+			if routes := dataplane.PolicyRoutes(pols); len(routes) > 0 {
 				if err := s.setRoutes(old.Status().Interface, routes); err != nil {
 					return fmt.Errorf("ipsec_tun %s: routes: %w", gwCfg.TUN, err)
 				}
 			}
 		}
 		return nil
+	})
+	if errors.Is(err, errGatewayLost) {
+		env.Log.Error(fmt.Sprintf("reload: %v; stopping ipsec", err))
+		if serr := s.Stop(context.WithoutCancel(ctx)); serr != nil {
+			env.Log.Warn(fmt.Sprintf("stop: %v", serr))
+		}
+		return fmt.Errorf("%w: %w", services.ErrStopped, err)
 	}
+	if err != nil {
+		return err
+	}
+	env.Log.Info(fmt.Sprintf("reloaded: %d SA(s), %d policies", len(eng.SAs()), len(eng.Policies())))
+	return nil
+}
+
+// errGatewayLost marks a reload that stopped the old gateway, could not
+// start the new one and could not start the old one again either.
+var errGatewayLost = errors.New("no gateway runs")
+
+// replaceGateway stops the gateway old (nil: none) and starts one with
+// cfg (none when tun is false) routing the policies pols, which the engine
+// is about to install (they are not installed yet: the routes are given
+// explicitly). If the new gateway fails to start, old's configuration
+// oldCfg is started again on the engine's current policies and the start
+// error is returned; if that fails too, the error wraps errGatewayLost.
+func (s *ipsecService) replaceGateway(ctx context.Context, eng *ipsec.Engine, old *dataplane.Gateway, oldCfg, cfg dataplane.Config,
+	tun bool, pols []spd.Policy, log *slog.Logger) error {
 	if old != nil {
 		s.mu.Lock()
 		s.gw = nil
 		s.mu.Unlock()
 		st := old.Status()
 		if err := old.Close(); err != nil {
-			env.Log.Warn(fmt.Sprintf("gateway %s close: %v", st.Interface, err))
+			log.Warn(fmt.Sprintf("gateway %s close: %v", st.Interface, err))
 		}
-		env.Log.Info(fmt.Sprintf("gateway %s stopped: out %d pkts, in %d pkts", st.Interface, st.Out.Packets, st.In.Packets))
+		log.Info(fmt.Sprintf("gateway %s stopped: out %d pkts, in %d pkts", st.Interface, st.Out.Packets, st.In.Packets))
 	}
 	if !tun {
 		return nil
 	}
-	gw, err := s.startGateway(ctx, eng, gwCfg, env.Log)
-	if err != nil {
+	start := cfg
+	if len(start.Routes) == 0 {
+		start.Routes = dataplane.PolicyRoutes(pols)
+	}
+	gw, err := s.startGateway(ctx, eng, start, log)
+	if err == nil {
+		s.mu.Lock()
+		s.gw, s.gwCfg = gw, cfg
+		s.mu.Unlock()
+		return nil
+	}
+	if old == nil {
 		return err
 	}
+	log.Error(fmt.Sprintf("reload: %v; starting the previous gateway again", err))
+	prev, perr := s.startGateway(context.WithoutCancel(ctx), eng, oldCfg, log)
+	if perr != nil {
+		return fmt.Errorf("%w; the previous gateway: %w (%w)", err, perr, errGatewayLost)
+	}
 	s.mu.Lock()
-	s.gw, s.gwCfg = gw, gwCfg
+	s.gw, s.gwCfg = prev, oldCfg
 	s.mu.Unlock()
-	return nil
+	return err
 }
 
 // Stop closes the gateway first (its loops use the engine), then the engine.
@@ -398,6 +449,7 @@ func (s *ipsecService) Status() string {
 	}
 	c := eng.Counters()
 	out := fmt.Sprintf("%d SA(s) [%s], %d policies, out %d pkts, in %d pkts", len(sas), strings.Join(parts, ", "), len(eng.Policies()), c.OutPackets, c.InPackets)
+	out += lifetimeText(sas)
 	if gw := s.gateway(); gw != nil {
 		// The tunnel first: keelctl status truncates long lines.
 		st := gw.Status()

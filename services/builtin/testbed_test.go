@@ -66,7 +66,14 @@ type testbed struct {
 // ipsec service's dataplane. The Manager is not booted.
 func newTestbed(t *testing.T, local string, budget time.Duration, gateways *fakeGateways) *testbed {
 	t.Helper()
-	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	return newTestbedLog(t, local, budget, gateways, io.Discard)
+}
+
+// newTestbedLog is newTestbed with keeld's log (the System's and the
+// Manager's) written to w.
+func newTestbedLog(t *testing.T, local string, budget time.Duration, gateways *fakeGateways, w io.Writer) *testbed {
+	t.Helper()
+	log := slog.New(slog.NewTextHandler(w, nil))
 	sys := New(Options{CalibrationBudget: budget, Logger: log})
 	if gateways != nil {
 		sys.ips.startGW, sys.ips.setRoutes = gateways.start, gateways.setRoutes
@@ -158,4 +165,16 @@ func gather(t *testing.T, cols ...prometheus.Collector) map[string]float64 {
 		}
 	}
 	return got
+}
+
+// wantMetrics fails the test for every metric of want (keyed as by
+// gather) whose value in cols differs.
+func wantMetrics(t *testing.T, want map[string]float64, cols ...prometheus.Collector) {
+	t.Helper()
+	got := gather(t, cols...)
+	for key, v := range want {
+		if got[key] != v {
+			t.Errorf("metric %s = %v, want %v", key, got[key], v)
+		}
+	}
 }

@@ -73,6 +73,7 @@ type SA struct {
 	Alg          string            `json:"alg"`
 	ReplayWindow int               `json:"replay_window"`
 	State        string            `json:"state"`
+	Expired      string            `json:"expired,omitempty"` // the lifetime that made it dying or dead
 	Provider     string            `json:"provider"`
 	Rebinds      uint64            `json:"rebinds"`
 	Seq          uint64            `json:"seq"`
@@ -166,7 +167,7 @@ func (s *System) CryptoView() Crypto {
 func saView(sa ipsec.SAStatus) SA {
 	return SA{Src: sa.Src.Addr().String(), Dst: sa.Dst.Addr().String(), Proto: sa.Proto.String(), SPI: sa.SPI,
 		Mode: fmt.Sprint(sa.Mode), ReqID: sa.ReqID, ESN: sa.ESN, Alg: sa.Alg.String(), ReplayWindow: sa.ReplayWindow,
-		State: sa.State, Provider: sa.Provider, Rebinds: sa.Rebinds, Seq: sa.Seq, OutPackets: sa.OutPackets,
+		State: sa.State, Expired: sa.Expired, Provider: sa.Provider, Rebinds: sa.Rebinds, Seq: sa.Seq, OutPackets: sa.OutPackets,
 		OutBytes: sa.OutBytes, InPackets: sa.InPackets, InBytes: sa.InBytes, Drops: nonZero(sa.Drops), Pos: sa.Pos}
 }
 
@@ -326,11 +327,13 @@ var (
 	descIfBytes   = prometheus.NewDesc("keel_ipsec_if_bytes_total", "Bytes delivered by the gateway interface: ESP bytes sent (out), inner bytes to the TUN (in).", []string{"if", "dir"}, nil)
 	descIfRead    = prometheus.NewDesc("keel_ipsec_if_read_packets_total", "Packets read by the gateway interface: from the TUN (out), from the outer socket (in).", []string{"if", "dir"}, nil)
 	descIfDrops   = prometheus.NewDesc("keel_ipsec_if_drops_total", "Packets dropped by the gateway interface, by direction and reason.", []string{"if", "dir", "reason"}, nil)
+	descSAExpired = prometheus.NewDesc("keel_ipsec_sa_expired_total", "SA lifetime events: soft (rekey due) or hard (SA dead) lifetime reached, by the lifetime that ran out (time, bytes, packets, sequence numbers).", []string{"lifetime", "reason"}, nil)
+	descSAs       = prometheus.NewDesc("keel_ipsec_sas", "Installed SAs by state (mature, dying, dead).", []string{"state"}, nil)
 	descIfUp      = prometheus.NewDesc("keel_ipsec_if_up", "1 while the gateway's loops run, 0 after they stopped on an error.", []string{"if", "encap", "outer"}, nil)
 )
 
 func (c collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descProvState, descProvTput, descProvSess, descProvReb, descProvBytes, descSAPkts, descSABytes, descSADrops, descSARebinds,
+	for _, d := range []*prometheus.Desc{descProvState, descProvTput, descProvSess, descProvReb, descProvBytes, descSAPkts, descSABytes, descSADrops, descSARebinds, descSAExpired, descSAs,
 		descIfPkts, descIfBytes, descIfRead, descIfDrops, descIfUp} {
 		ch <- d
 	}
@@ -342,8 +345,23 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 	for _, p := range cv.Providers {
 		provBytes[p.Name] = 0
 	}
+	for k, n := range c.s.ips.expiry.snapshot() {
+		lt := "soft"
+		if k.hard {
+			lt = "hard"
+		}
+		ch <- prometheus.MustNewConstMetric(descSAExpired, prometheus.CounterValue, float64(n), lt, k.reason)
+	}
 	if eng := c.s.ips.engine(); eng != nil {
-		for _, sa := range eng.SAs() {
+		sas := eng.SAs()
+		states := map[string]float64{"mature": 0, "dying": 0, "dead": 0}
+		for _, sa := range sas {
+			states[sa.State]++
+		}
+		for st, n := range states {
+			ch <- prometheus.MustNewConstMetric(descSAs, prometheus.GaugeValue, n, st)
+		}
+		for _, sa := range sas {
 			spi := fmt.Sprintf("0x%x", sa.SPI)
 			ch <- prometheus.MustNewConstMetric(descSAPkts, prometheus.CounterValue, float64(sa.OutPackets), spi, "out")
 			ch <- prometheus.MustNewConstMetric(descSAPkts, prometheus.CounterValue, float64(sa.InPackets), spi, "in")
