@@ -169,9 +169,13 @@ func (l *NonceLedger) commit(ss []*sa) error {
 		return err
 	}
 	for _, g := range gs {
-		if g.lo > g.s.hardPkts {
+		if g.spent || g.lo > g.s.hardPkts {
+			used := g.lo - 1
+			if g.spent {
+				used = nonceUnbounded
+			}
 			return fmt.Errorf("%s: %w: SA spi 0x%x: its key already used sequence numbers (nonces) up to %d: re-key",
-				g.s.cfg.Pos, ErrInvalidSA, g.s.cfg.SPI, g.lo-1)
+				g.s.cfg.Pos, ErrInvalidSA, g.s.cfg.SPI, used)
 		}
 	}
 	for _, g := range gs {
@@ -184,11 +188,13 @@ func (l *NonceLedger) commit(ss []*sa) error {
 	return nil
 }
 
-// grant is a range decided for an SA, applied once durable.
+// grant is a range decided for an SA, applied once durable. A spent
+// grant is none: the key's last number (2^64-1) was granted already.
 type grant struct {
 	s          *sa
 	lo, hi     uint64
 	contiguous bool
+	spent      bool
 }
 
 // apply publishes the range to the data path. The order (floor, sequence,
@@ -267,14 +273,15 @@ func (l *NonceLedger) grantLocked(ss []*sa, fresh bool) ([]grant, error) {
 		base := max(e.next, disk[s.nonceID])
 		cur := s.seq.Load()
 		g := grant{s: s}
-		if !fresh && e.tail == s && s.nlimit.Load() == base {
-			g.contiguous, g.lo, g.hi = true, s.nfloor.Load(), satAdd(max(base, cur), size)
-		} else {
-			g.lo = max(base, cur) + 1
-			if g.lo == 0 { // the key's 64-bit space is spent
-				g.lo = nonceUnbounded
-			}
-			g.hi = satAdd(g.lo-1, size)
+		switch top := max(base, cur); {
+		case !fresh && e.tail == s && s.nlimit.Load() == base:
+			g.contiguous, g.lo, g.hi = true, s.nfloor.Load(), satAdd(top, size)
+		case top == nonceUnbounded: // 2^64-1 was granted: nothing is left
+			gs = append(gs, grant{s: s, spent: true})
+			continue
+		default:
+			g.lo = top + 1
+			g.hi = satAdd(top, size)
 		}
 		e.next, e.tail = g.hi, s
 		pending[s] = len(gs)
@@ -387,7 +394,7 @@ func (l *NonceLedger) refreshLocked() {
 		return
 	}
 	for _, g := range gs {
-		if _, ok := l.live[g.s]; ok {
+		if _, ok := l.live[g.s]; ok && !g.spent {
 			g.apply()
 		}
 	}

@@ -16,6 +16,9 @@ import (
 	"strings"
 )
 
+// LedgerOptions configure OpenNonceLedger.
+type LedgerOptions struct{}
+
 // ErrLedgerCorrupt is wrapped by the errors of OpenNonceLedger (and of
 // Apply, Sync and Close) when the ledger file cannot be trusted: bad
 // header, bad entry, missing or wrong end line (truncation), or a ledger
@@ -54,7 +57,7 @@ type ledgerFile struct {
 //
 // The returned ledger is safe for concurrent use; Close it to record
 // unused numbers (see NonceLedger.Close).
-func OpenNonceLedger(path string) (*NonceLedger, error) {
+func OpenNonceLedger(path string, opts LedgerOptions) (*NonceLedger, error) {
 	if path == "" {
 		return nil, errors.New("nonce ledger: empty path")
 	}

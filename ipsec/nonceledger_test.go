@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"maps"
 	"os"
 	"path/filepath"
@@ -151,7 +152,7 @@ func TestNonceSharedKey(t *testing.T) {
 			n := 800 // batches per goroutine
 			if file {
 				var err error
-				if l, err = OpenNonceLedger(filepath.Join(t.TempDir(), "esp-nonces")); err != nil {
+				if l, err = OpenNonceLedger(filepath.Join(t.TempDir(), "esp-nonces"), LedgerOptions{}); err != nil {
 					t.Fatal(err)
 				}
 				n = nonceBlockMin / 8 // crosses several refreshes
@@ -195,7 +196,7 @@ func TestNonceLedgerRestart(t *testing.T) {
 	pool := NewPool(0)
 	open := func() *NonceLedger {
 		t.Helper()
-		l, err := OpenNonceLedger(path)
+		l, err := OpenNonceLedger(path, LedgerOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -272,7 +273,7 @@ func TestNonceLedgerRestart(t *testing.T) {
 func TestNonceLedgerCorrupt(t *testing.T) {
 	dir := t.TempDir()
 	good := filepath.Join(dir, "good")
-	l, err := OpenNonceLedger(good)
+	l, err := OpenNonceLedger(good, LedgerOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -302,7 +303,7 @@ func TestNonceLedgerCorrupt(t *testing.T) {
 			if err := os.WriteFile(p, []byte(tc.data), 0o600); err != nil {
 				t.Fatal(err)
 			}
-			_, err := OpenNonceLedger(p)
+			_, err := OpenNonceLedger(p, LedgerOptions{})
 			if !errors.Is(err, ErrLedgerCorrupt) || !strings.Contains(err.Error(), p+": "+tc.want) {
 				t.Errorf("got %v, want ErrLedgerCorrupt with %q", err, p+": "+tc.want)
 			}
@@ -310,7 +311,7 @@ func TestNonceLedgerCorrupt(t *testing.T) {
 	}
 	// A file replaced under an open ledger stops its writes.
 	other := filepath.Join(dir, "other")
-	if _, err := OpenNonceLedger(other); err != nil {
+	if _, err := OpenNonceLedger(other, LedgerOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	data, _ := os.ReadFile(other)
@@ -328,7 +329,7 @@ func TestNonceLedgerCorrupt(t *testing.T) {
 // TestNonceLedgerHotPathAllocs: the range check and the refresh wake-up
 // allocate nothing.
 func TestNonceLedgerHotPathAllocs(t *testing.T) {
-	l, err := OpenNonceLedger(filepath.Join(t.TempDir(), "esp-nonces"))
+	l, err := OpenNonceLedger(filepath.Join(t.TempDir(), "esp-nonces"), LedgerOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -358,7 +359,7 @@ func seekSeq(s *sa, v uint64) {
 func TestNonceLedgerExhausted(t *testing.T) {
 	dir := t.TempDir()
 	path := filepath.Join(dir, "esp-nonces")
-	l, err := OpenNonceLedger(path)
+	l, err := OpenNonceLedger(path, LedgerOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -367,7 +368,7 @@ func TestNonceLedgerExhausted(t *testing.T) {
 	s := e.sad.Load().bySPI[0x1001][0]
 	good, _ := os.ReadFile(path)
 	// Break the file: the refresher's writes fail from now on.
-	if _, err := OpenNonceLedger(filepath.Join(dir, "other")); err != nil {
+	if _, err := OpenNonceLedger(filepath.Join(dir, "other"), LedgerOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	other, _ := os.ReadFile(filepath.Join(dir, "other"))
@@ -459,5 +460,47 @@ func TestNonceSpaceUsedUp(t *testing.T) {
 	}
 	if len(e.SAs()) != 1 {
 		t.Errorf("%d SAs after the failed apply, want 1", len(e.SAs()))
+	}
+}
+
+// TestNonceSpaceUsedUpESN: with ESN, a key whose last 64-bit sequence
+// number (2^64-1) was used is refused for a new SA, whatever its SPI:
+// the ledger never grants [2^64-1, 2^64-1] again (the space's last nonce
+// is not granted twice), in memory and from a file.
+func TestNonceSpaceUsedUpESN(t *testing.T) {
+	const esnLine = "add 192.0.2.1 192.0.2.2 esp %s -m tunnel -f esn -E aes-gcm-16 0x" + gcmKeyHex + ";"
+	conf := func(spi string) string {
+		return strings.Replace(baseConf, strings.Split(baseConf, "\n")[2], fmt.Sprintf(esnLine, spi), 1)
+	}
+	file, err := OpenNonceLedger(filepath.Join(t.TempDir(), "esp-nonces"), LedgerOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, l := range map[string]*NonceLedger{"memory": NewNonceLedger(), "file": file} {
+		t.Run(name, func(t *testing.T) {
+			e := newTestEngine(t, Options{NonceLedger: l})
+			applyText(t, e, conf("0x1001"))
+			pool := NewPool(0)
+			s := e.sad.Load().bySPI[0x1001][0]
+			seekSeq(s, 1<<64-2)
+			if p := sendOne(t, e, pool); p.Verdict != VerdictForward || p.Seq != 1<<64-1 {
+				t.Fatalf("last number: %v %v seq %d", p.Verdict, p.Drop, p.Seq)
+			}
+			l.mu.Lock()
+			l.m[s.nonceID].next = max(l.m[s.nonceID].next, 1<<64-1) // as if granted up to the end
+			l.mu.Unlock()
+			applyText(t, e, "delete 192.0.2.1 192.0.2.2 esp 0x1001;")
+			for _, spi := range []string{"0x1001", "0x2001"} {
+				err := e.Apply(context.Background(), parse(t, conf(spi)))
+				if !errors.Is(err, ErrInvalidSA) || !strings.Contains(err.Error(), "up to 18446744073709551615: re-key") {
+					t.Errorf("spi %s: got %v, want a re-key error", spi, err)
+				}
+				for _, sa := range e.SAs() {
+					if sa.Alg.IsAEAD() {
+						t.Fatalf("spi %s: AEAD SA installed with a spent key (seq %d)", spi, sa.Seq)
+					}
+				}
+			}
+		})
 	}
 }

@@ -98,7 +98,7 @@ func (s *ipsecService) nonceLedger(env services.BuiltinEnv) (*ipsec.NonceLedger,
 	if s.ledger != nil && s.ledger.Path() == p {
 		return s.ledger, nil
 	}
-	l, err := ipsec.OpenNonceLedger(p)
+	l, err := ipsec.OpenNonceLedger(p, ipsec.LedgerOptions{})
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", ledgerVar, err)
 	}
