@@ -53,15 +53,20 @@ var ErrLedgerClosed = errors.New("ipsec: nonce ledger closed")
 // range is consumed. The refresher goroutine runs only while the ledger
 // has installed AEAD SAs.
 type NonceLedger struct {
-	mu      sync.Mutex
-	key     [32]byte
-	file    *ledgerFile // nil: in memory
-	m       map[[32]byte]*nonceEntry
-	live    map[*sa]struct{}
-	running bool
-	closed  bool
-	err     error // last persistence error, nil after a successful write
-	kick    chan struct{}
+	mu       sync.Mutex
+	key      [32]byte
+	file     *ledgerFile   // nil: in memory
+	opts     LedgerOptions // of a file-backed ledger
+	epoch    uint64        // the file's epoch this process last wrote
+	incident string        // why the ledger was unsafe when opened, if it was
+	m        map[[32]byte]*nonceEntry
+	live     map[*sa]struct{}
+	running  bool
+	closed   bool
+	err      error // last persistence error, nil after a successful write
+	kick     chan struct{}
+	// Counters (see LedgerStats).
+	unrecorded, writeErrors uint64
 }
 
 // nonceEntry is the state of one key (guarded by NonceLedger.mu).
@@ -102,6 +107,70 @@ func (l *NonceLedger) Path() string {
 		return ""
 	}
 	return l.file.path
+}
+
+// LedgerStats describe a ledger for status lines and metrics. They hold
+// no key material.
+type LedgerStats struct {
+	Path   string // the file ("" in memory)
+	Record string // its record
+	Epoch  uint64 // the file's epoch last written
+	// Incident says why the ledger was unsafe when it was opened or moved
+	// (lost, rolled back, previous ledger not carried over) and the policy
+	// that opened it anyway; "" when it was safe.
+	Incident string
+	Policy   NoncePolicy
+	// UnrecordedKeys counts the AEAD keys that started at sequence 1
+	// because the ledger file had no entry for them.
+	UnrecordedKeys uint64
+	// WriteErrors counts failed reads and writes of the file; Err is the
+	// last one while it lasts ("" once a write succeeds again).
+	WriteErrors uint64
+	Err         string
+}
+
+// Stats returns the ledger's state and counters.
+func (l *NonceLedger) Stats() LedgerStats {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	st := LedgerStats{Epoch: l.epoch, Incident: l.incident, UnrecordedKeys: l.unrecorded, WriteErrors: l.writeErrors}
+	if l.file != nil {
+		st.Path, st.Record, st.Policy = l.file.path, l.file.record, l.opts.Policy
+	}
+	if l.err != nil {
+		st.Err = l.err.Error()
+	}
+	return st
+}
+
+// reportIncident logs how an unsafe ledger was opened (loudly: nonces of
+// the keys it lost may be reused unless they were re-keyed).
+func (l *NonceLedger) reportIncident() {
+	if l.incident == "" {
+		return
+	}
+	l.opts.Log.Error(fmt.Sprintf("nonce ledger %s was unsafe: %s; opened with policy %s: %s", l.file.path, l.incident, l.opts.Policy, policyEffect[l.opts.Policy]))
+}
+
+// policyEffect says what a policy did to an unsafe ledger.
+var policyEffect = map[NoncePolicy]string{
+	NoncePolicyFreshKeyOnly: "keys without an entry are taken as re-keyed (fresh) and start at 1, keys of a rolled-back ledger are retired",
+	NoncePolicyTrust:        "keys continue above the surviving entries, keys without one start at 1: nonces may be reused unless every AEAD key was re-keyed",
+}
+
+// setErrLocked records the outcome of a file access: a failure is counted
+// and logged when it starts, the recovery when it ends.
+func (l *NonceLedger) setErrLocked(err error) {
+	switch {
+	case err != nil:
+		l.writeErrors++
+		if l.err == nil {
+			l.opts.Log.Error(fmt.Sprintf("nonce ledger %s: %v: AEAD SAs get no new sequence numbers and drop once their range is used up (retrying every %v)", l.file.path, err, nonceRetry))
+		}
+	case l.err != nil:
+		l.opts.Log.Info(fmt.Sprintf("nonce ledger %s: written again after %v", l.file.path, l.err))
+	}
+	l.err = err
 }
 
 // Err returns the last error writing the ledger file (nil once a write
@@ -169,23 +238,39 @@ func (l *NonceLedger) commit(ss []*sa) error {
 		return err
 	}
 	for _, g := range gs {
-		if g.spent || g.lo > g.s.hardPkts {
-			used := g.lo - 1
-			if g.spent {
-				used = nonceUnbounded
-			}
+		if g.spent {
+			return fmt.Errorf("%s: %w: SA spi 0x%x: its key already used sequence numbers (nonces) up to %d, or was retired after a nonce ledger rollback: re-key",
+				g.s.cfg.Pos, ErrInvalidSA, g.s.cfg.SPI, uint64(nonceUnbounded))
+		}
+		if g.lo > g.s.hardPkts {
 			return fmt.Errorf("%s: %w: SA spi 0x%x: its key already used sequence numbers (nonces) up to %d: re-key",
-				g.s.cfg.Pos, ErrInvalidSA, g.s.cfg.SPI, used)
+				g.s.cfg.Pos, ErrInvalidSA, g.s.cfg.SPI, g.lo-1)
 		}
 	}
 	for _, g := range gs {
 		g.apply()
+		if g.unrecorded {
+			l.reportUnrecordedLocked(g.s)
+		}
 	}
 	if !l.running {
 		l.running = true
 		go l.refresher()
 	}
 	return nil
+}
+
+// reportUnrecordedLocked logs and counts an AEAD SA whose key had no entry
+// in the ledger file (it starts at 1): routine in a safe ledger, loud in
+// one opened unsafe.
+func (l *NonceLedger) reportUnrecordedLocked(s *sa) {
+	l.unrecorded++
+	msg := fmt.Sprintf("%s: SA spi 0x%x: its AEAD key has no entry in nonce ledger %s: first use, sequence numbers start at 1", s.cfg.Pos, s.cfg.SPI, l.file.path)
+	if l.incident == "" {
+		l.opts.Log.Info(msg)
+		return
+	}
+	l.opts.Log.Warn(msg + fmt.Sprintf(" (taken as a fresh key by policy %s: the ledger was unsafe when opened)", l.opts.Policy))
 }
 
 // grant is a range decided for an SA, applied once durable. A spent
@@ -195,6 +280,7 @@ type grant struct {
 	lo, hi     uint64
 	contiguous bool
 	spent      bool
+	unrecorded bool // the key had no entry in the file: it starts at 1
 }
 
 // apply publishes the range to the data path. The order (floor, sequence,
@@ -222,17 +308,16 @@ func (g grant) apply() {
 // grantLocked decides ranges for ss (fresh: their first range), reading
 // and writing the ledger file for a file-backed ledger. Caller holds mu.
 func (l *NonceLedger) grantLocked(ss []*sa, fresh bool) ([]grant, error) {
-	var disk map[[32]byte]uint64
-	var unlock func()
+	var disk ledgerData
 	if l.file != nil {
-		var err error
-		if unlock, err = l.file.lock(); err != nil {
-			l.err = err
+		unlock, err := l.file.lock()
+		if err != nil {
+			l.setErrLocked(err)
 			return nil, err
 		}
 		defer unlock()
-		if disk, err = l.file.read(l.key); err != nil {
-			l.err = err
+		if disk, err = l.file.read(l.key, l.epoch); err != nil {
+			l.setErrLocked(err)
 			return nil, err
 		}
 	}
@@ -240,6 +325,8 @@ func (l *NonceLedger) grantLocked(ss []*sa, fresh bool) ([]grant, error) {
 	pending := map[*sa]int{} // SA -> its grant in gs, not applied yet
 	for _, s := range ss {
 		e := l.m[s.nonceID]
+		_, ondisk := disk.m[s.nonceID]
+		unrecorded := fresh && l.file != nil && e == nil && !ondisk
 		if e == nil {
 			e = &nonceEntry{}
 			l.m[s.nonceID] = e
@@ -270,9 +357,9 @@ func (l *NonceLedger) grantLocked(ss []*sa, fresh bool) ([]grant, error) {
 			}
 			size = s.nblock
 		}
-		base := max(e.next, disk[s.nonceID])
+		base := max(e.next, disk.m[s.nonceID])
 		cur := s.seq.Load()
-		g := grant{s: s}
+		g := grant{s: s, unrecorded: unrecorded}
 		switch top := max(base, cur); {
 		case !fresh && e.tail == s && s.nlimit.Load() == base:
 			g.contiguous, g.lo, g.hi = true, s.nfloor.Load(), satAdd(top, size)
@@ -385,7 +472,7 @@ func (l *NonceLedger) refreshLocked() {
 	}
 	if len(todo) == 0 {
 		if l.file != nil && l.err != nil {
-			_ = l.syncLocked()
+			_ = l.syncLocked() // logged and counted by setErrLocked
 		}
 		return
 	}
@@ -415,13 +502,13 @@ func (l *NonceLedger) syncLocked() error {
 	}
 	unlock, err := l.file.lock()
 	if err != nil {
-		l.err = err
+		l.setErrLocked(err)
 		return err
 	}
 	defer unlock()
-	disk, err := l.file.read(l.key)
+	disk, err := l.file.read(l.key, l.epoch)
 	if err != nil {
-		l.err = err
+		l.setErrLocked(err)
 		return err
 	}
 	return l.writeLocked(disk)
@@ -430,22 +517,69 @@ func (l *NonceLedger) syncLocked() error {
 // writeLocked merges l's entries into disk (read under the file lock) and
 // writes the file. A value another process changed since this one last
 // wrote it is only ever raised, never lowered.
-func (l *NonceLedger) writeLocked(disk map[[32]byte]uint64) error {
+func (l *NonceLedger) writeLocked(disk ledgerData) error {
 	for id, e := range l.m {
-		d := disk[id]
+		d := disk.m[id]
 		if d != e.disk && d > e.next {
 			e.next = d // another process granted beyond us
 		}
-		disk[id] = e.next
+		disk.m[id] = e.next
 	}
-	if err := l.file.write(l.key, disk); err != nil {
-		l.err = err
+	disk.epoch = max(disk.epoch, l.epoch) + 1
+	if err := l.file.write(disk); err != nil {
+		l.setErrLocked(err)
 		return err
 	}
+	l.epoch = disk.epoch
 	for id, e := range l.m {
-		e.disk = disk[id]
+		e.disk = disk.m[id]
 	}
-	l.err = nil
+	l.setErrLocked(nil)
+	return nil
+}
+
+// Move switches a file-backed ledger to the file at path with opts (its
+// record and policy), as when ipsec_nonce_ledger changes under a running
+// engine: the new file is opened as OpenNonceLedger describes, keeping the
+// ledger key, with every entry of this ledger carried over (even when its
+// current file can no longer be written), so installed SAs keep their
+// ranges and no key restarts. On error the ledger stays on its file. A
+// move to the current file and record only takes the new policy and log.
+func (l *NonceLedger) Move(path string, opts LedgerOptions) error {
+	opts = opts.withDefaults(path)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed {
+		return ErrLedgerClosed
+	}
+	if l.file == nil {
+		return errors.New("nonce ledger: an in-memory ledger has no file to move")
+	}
+	if l.file.path == path && l.file.record == opts.Record {
+		l.opts = opts
+		return nil
+	}
+	_ = l.syncLocked() // best effort: the entries travel in memory anyway
+	from := &moving{key: l.key, path: l.file.path, m: make(map[[32]byte]uint64, len(l.m))}
+	for id, e := range l.m {
+		from.m[id] = e.next
+	}
+	f, d, incident, err := loadLedger(path, opts, from)
+	if err != nil {
+		return err
+	}
+	for id, v := range d.m {
+		e := l.m[id]
+		if e == nil {
+			e = &nonceEntry{}
+			l.m[id] = e
+		}
+		e.next, e.disk = max(e.next, v), v
+	}
+	old := l.file.path
+	l.file, l.opts, l.epoch, l.incident, l.err = f, opts, d.epoch, incident, nil
+	l.opts.Log.Info(fmt.Sprintf("nonce ledger moved from %s to %s (epoch %d), %d entries carried over", old, path, d.epoch, len(d.m)))
+	l.reportIncident()
 	return nil
 }
 
