@@ -1,0 +1,117 @@
+package ipsec
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+
+	"golang.org/x/sys/unix"
+)
+
+// mountTmpfs mounts a tmpfs of size bytes on a new temporary directory
+// (unmounted at cleanup) for fault injection: it needs root, and fails
+// rather than skips under CI=true.
+func mountTmpfs(t *testing.T, size int) string {
+	t.Helper()
+	dir := t.TempDir()
+	err := unix.Mount("keel-test", dir, "tmpfs", 0, fmt.Sprintf("size=%d,mode=0700", size))
+	if err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("mount tmpfs (needs root): %v", err)
+		}
+		t.Skipf("mount tmpfs (needs root): %v", err)
+	}
+	t.Cleanup(func() { _ = unix.Unmount(dir, unix.MNT_DETACH) })
+	return dir
+}
+
+// TestNonceLedgerWriteFault: with the state directory full or read-only
+// (a real tmpfs), the refresher's failed writes are an error logged once
+// (not once per retry), counted, and reported by Err and Stats; the SA
+// drops rather than reuse a nonce; once the fault is gone the ledger
+// writes again, says so, and the SA continues above its durable block.
+func TestNonceLedgerWriteFault(t *testing.T) {
+	faults := []struct {
+		name        string
+		inject, fix func(t *testing.T, dir string) error
+	}{
+		{"full", func(t *testing.T, dir string) error {
+			f, err := os.Create(filepath.Join(dir, "filler"))
+			if err != nil {
+				return err
+			}
+			defer f.Close()
+			buf := make([]byte, 4096)
+			for {
+				if _, err := f.Write(buf); err != nil {
+					if errors.Is(err, syscall.ENOSPC) {
+						return f.Sync()
+					}
+					return err
+				}
+			}
+		}, func(t *testing.T, dir string) error { return os.Remove(filepath.Join(dir, "filler")) }},
+		{"read-only", func(t *testing.T, dir string) error {
+			return unix.Mount("", dir, "", unix.MS_REMOUNT|unix.MS_RDONLY, "")
+		}, func(t *testing.T, dir string) error {
+			return unix.Mount("", dir, "", unix.MS_REMOUNT, "")
+		}},
+	}
+	for _, fc := range faults {
+		t.Run(fc.name, func(t *testing.T) {
+			dir := mountTmpfs(t, 128<<10)
+			r := newLedgerRig(t)
+			path := filepath.Join(dir, "esp-nonces")
+			l, err := OpenNonceLedger(path, LedgerOptions{Log: r.opts("").Log})
+			if err != nil {
+				t.Fatal(err)
+			}
+			e, _, err := r.send(l, baseConf, 1)
+			if err != nil {
+				t.Fatal(err)
+			}
+			s := e.sad.Load().bySPI[0x1001][0]
+			if err := fc.inject(t, dir); err != nil {
+				t.Fatal(err)
+			}
+			for used := uint64(1); used < nonceBlockMin; {
+				_, ok := s.reserve(64)
+				used += uint64(ok)
+				if ok == 0 {
+					t.Fatalf("block ended after %d numbers, want %d", used, nonceBlockMin)
+				}
+			}
+			// Two failed attempts (the kick and a retry), one log line.
+			if !poll(t, func() bool { return l.Stats().WriteErrors >= 2 }) {
+				t.Fatalf("write errors %d, want >= 2 (err %v)", l.Stats().WriteErrors, l.Err())
+			}
+			st := l.Stats()
+			if st.Err == "" || l.Err() == nil || !strings.Contains(st.Err, path) {
+				t.Errorf("Stats().Err %q, Err() %v: want the failure naming %s", st.Err, l.Err(), path)
+			}
+			if n := strings.Count(r.log.String(), "level=ERROR"); n != 1 {
+				t.Errorf("%d error lines, want 1:\n%s", n, r.log)
+			}
+			if p := sendOne(t, e, r.pool); p.Verdict != VerdictDrop || p.Drop != DropSeqOverflow {
+				t.Errorf("past the block: %v %v seq %d, want a seq-overflow drop", p.Verdict, p.Drop, p.Seq)
+			}
+			if err := fc.fix(t, dir); err != nil {
+				t.Fatal(err)
+			}
+			var p *Packet
+			if !poll(t, func() bool { p = sendOne(t, e, r.pool); return p.Verdict == VerdictForward }) {
+				t.Fatalf("not refreshed after the fault was fixed: %v %v (err %v)", p.Verdict, p.Drop, l.Err())
+			}
+			if p.Seq <= nonceBlockMin || l.Err() != nil || l.Stats().Err != "" {
+				t.Errorf("seq %d (want > %d), err %v after the fix", p.Seq, nonceBlockMin, l.Err())
+			}
+			if !strings.Contains(r.log.String(), "written again") {
+				t.Errorf("recovery not logged:\n%s", r.log)
+			}
+		})
+	}
+}
