@@ -101,6 +101,18 @@ func newLedger() *NonceLedger {
 	return &NonceLedger{m: map[[32]byte]*nonceEntry{}, live: map[*sa]struct{}{}, kick: make(chan struct{}, 1)}
 }
 
+// String names the ledger ("nonce ledger /var/db/keel/esp-nonces", or
+// "in-memory nonce ledger"), so that printing one never shows its key.
+func (l *NonceLedger) String() string {
+	if l.file == nil {
+		return "in-memory nonce ledger"
+	}
+	return "nonce ledger " + l.file.path
+}
+
+// GoString is String: %#v does not show the key either.
+func (l *NonceLedger) GoString() string { return l.String() }
+
 // Path returns the ledger's file, or "" for an in-memory ledger.
 func (l *NonceLedger) Path() string {
 	if l.file == nil {
@@ -112,21 +124,21 @@ func (l *NonceLedger) Path() string {
 // LedgerStats describe a ledger for status lines and metrics. They hold
 // no key material.
 type LedgerStats struct {
-	Path   string // the file ("" in memory)
-	Record string // its record
-	Epoch  uint64 // the file's epoch last written
+	Path   string `json:"path,omitempty"`   // the file ("" in memory)
+	Record string `json:"record,omitempty"` // its record
+	Epoch  uint64 `json:"epoch,omitempty"`  // the file's epoch last written
 	// Incident says why the ledger was unsafe when it was opened or moved
-	// (lost, rolled back, previous ledger not carried over) and the policy
-	// that opened it anyway; "" when it was safe.
-	Incident string
-	Policy   NoncePolicy
+	// (lost, rolled back, previous ledger not carried over), which Policy
+	// then opened anyway; "" when it was safe.
+	Incident string      `json:"incident,omitempty"`
+	Policy   NoncePolicy `json:"policy,omitempty"`
 	// UnrecordedKeys counts the AEAD keys that started at sequence 1
 	// because the ledger file had no entry for them.
-	UnrecordedKeys uint64
+	UnrecordedKeys uint64 `json:"unrecorded_keys"`
 	// WriteErrors counts failed reads and writes of the file; Err is the
 	// last one while it lasts ("" once a write succeeds again).
-	WriteErrors uint64
-	Err         string
+	WriteErrors uint64 `json:"write_errors"`
+	Err         string `json:"error,omitempty"`
 }
 
 // Stats returns the ledger's state and counters.

@@ -1,33 +1,14 @@
 package ipsec
 
 import (
-	"errors"
-	"fmt"
-	"os"
+	"maps"
 	"path/filepath"
+	"slices"
 	"strings"
-	"syscall"
 	"testing"
 
-	"golang.org/x/sys/unix"
+	"github.com/keelinit/keel/internal/testfault"
 )
-
-// mountTmpfs mounts a tmpfs of size bytes on a new temporary directory
-// (unmounted at cleanup) for fault injection: it needs root, and fails
-// rather than skips under CI=true.
-func mountTmpfs(t *testing.T, size int) string {
-	t.Helper()
-	dir := t.TempDir()
-	err := unix.Mount("keel-test", dir, "tmpfs", 0, fmt.Sprintf("size=%d,mode=0700", size))
-	if err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("mount tmpfs (needs root): %v", err)
-		}
-		t.Skipf("mount tmpfs (needs root): %v", err)
-	}
-	t.Cleanup(func() { _ = unix.Unmount(dir, unix.MNT_DETACH) })
-	return dir
-}
 
 // TestNonceLedgerWriteFault: with the state directory full or read-only
 // (a real tmpfs), the refresher's failed writes are an error logged once
@@ -35,35 +16,9 @@ func mountTmpfs(t *testing.T, size int) string {
 // drops rather than reuse a nonce; once the fault is gone the ledger
 // writes again, says so, and the SA continues above its durable block.
 func TestNonceLedgerWriteFault(t *testing.T) {
-	faults := []struct {
-		name        string
-		inject, fix func(t *testing.T, dir string) error
-	}{
-		{"full", func(t *testing.T, dir string) error {
-			f, err := os.Create(filepath.Join(dir, "filler"))
-			if err != nil {
-				return err
-			}
-			defer f.Close()
-			buf := make([]byte, 4096)
-			for {
-				if _, err := f.Write(buf); err != nil {
-					if errors.Is(err, syscall.ENOSPC) {
-						return f.Sync()
-					}
-					return err
-				}
-			}
-		}, func(t *testing.T, dir string) error { return os.Remove(filepath.Join(dir, "filler")) }},
-		{"read-only", func(t *testing.T, dir string) error {
-			return unix.Mount("", dir, "", unix.MS_REMOUNT|unix.MS_RDONLY, "")
-		}, func(t *testing.T, dir string) error {
-			return unix.Mount("", dir, "", unix.MS_REMOUNT, "")
-		}},
-	}
-	for _, fc := range faults {
-		t.Run(fc.name, func(t *testing.T) {
-			dir := mountTmpfs(t, 128<<10)
+	for _, name := range slices.Sorted(maps.Keys(testfault.Faults)) {
+		t.Run(name, func(t *testing.T) {
+			dir := testfault.Tmpfs(t, 128<<10)
 			r := newLedgerRig(t)
 			path := filepath.Join(dir, "esp-nonces")
 			l, err := OpenNonceLedger(path, LedgerOptions{Log: r.opts("").Log})
@@ -75,7 +30,8 @@ func TestNonceLedgerWriteFault(t *testing.T) {
 				t.Fatal(err)
 			}
 			s := e.sad.Load().bySPI[0x1001][0]
-			if err := fc.inject(t, dir); err != nil {
+			undo, err := testfault.Faults[name](dir)
+			if err != nil {
 				t.Fatal(err)
 			}
 			for used := uint64(1); used < nonceBlockMin; {
@@ -99,7 +55,7 @@ func TestNonceLedgerWriteFault(t *testing.T) {
 			if p := sendOne(t, e, r.pool); p.Verdict != VerdictDrop || p.Drop != DropSeqOverflow {
 				t.Errorf("past the block: %v %v seq %d, want a seq-overflow drop", p.Verdict, p.Drop, p.Seq)
 			}
-			if err := fc.fix(t, dir); err != nil {
+			if err := undo(); err != nil {
 				t.Fatal(err)
 			}
 			var p *Packet

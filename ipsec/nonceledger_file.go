@@ -267,7 +267,7 @@ func loadLedger(path string, opts LedgerOptions, from *moving) (*ledgerFile, led
 		}
 	}
 	if from != nil && (d.key != from.key || carry != nil && carry.key != from.key) {
-		return nil, none, "", fmt.Errorf("nonce ledger %s: %w: the file (or the previous ledger its record names) has another ledger key than the running ledger: remove it or choose another path", path, ErrLedgerUnsafe)
+		return nil, none, "", fmt.Errorf("nonce ledger %s: the file (or the previous ledger its record names) has another ledger key than the running ledger: remove it or choose another path", path)
 	}
 	if d.m == nil {
 		d.m = map[[32]byte]uint64{}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -151,7 +152,7 @@ func TestNonceLedgerMoved(t *testing.T) {
 		if _, err := OpenNonceLedger(foreign, LedgerOptions{}); err != nil {
 			t.Fatal(err)
 		}
-		if err := l2.Move(foreign, r.opts("")); !errors.Is(err, ErrLedgerUnsafe) || !strings.Contains(err.Error(), foreign) {
+		if err := l2.Move(foreign, r.opts("")); err == nil || !strings.Contains(err.Error(), foreign+": the file (or the previous ledger its record names) has another ledger key") {
 			t.Errorf("move onto a foreign ledger: %v", err)
 		}
 		if l2.Path() != r.path("b") {
@@ -340,5 +341,18 @@ func (r *ledgerRig) restoreSnapshot() {
 	}
 	if err := os.WriteFile(r.path("a"), data, 0o600); err != nil {
 		r.t.Fatal(err)
+	}
+}
+
+// TestNonceLedgerPrint: printing a ledger, in any verb, never shows its
+// ledger key (which makes its key ids guessable for weak keys).
+func TestNonceLedgerPrint(t *testing.T) {
+	r := newLedgerRig(t)
+	l := r.mustOpen("a", "")
+	key := fmt.Sprintf("%x", l.key[:])
+	for _, verb := range []string{"%v", "%+v", "%#v", "%s"} {
+		if out := fmt.Sprintf(verb, l); strings.Contains(out, key) || strings.Contains(out, fmt.Sprint(l.key[:4])) || !strings.Contains(out, r.path("a")) {
+			t.Errorf("%s: %q", verb, out)
+		}
 	}
 }

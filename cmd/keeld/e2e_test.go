@@ -87,7 +87,7 @@ func startKeeld(t testing.TB, root string, extra ...string) *keeldProc {
 	}
 	d.cmd = exec.Command(filepath.Join(binDir, "keeld"), args...)
 	d.cmd.Dir = rt // not the repository: no ./etc
-	d.cmd.Env = append(os.Environ(), "NOTIFY_SOCKET="+ns, "KEEL_LOG_FORMAT=text", "KEEL_STATE_DIR="+rt)
+	d.cmd.Env = append(os.Environ(), "NOTIFY_SOCKET="+ns, "KEEL_LOG_FORMAT=text", "KEEL_STATE_DIR="+rt, "KEEL_NONCE_RECORD="+filepath.Join(rt, "esp-nonces.record"))
 	d.cmd.Stdout = &lockedWriter{d: d}
 	d.cmd.Stderr = &lockedWriter{d: d}
 	t0 := time.Now()

@@ -45,6 +45,7 @@ type settings struct {
 	Root              string        // host directory holding etc/; "" means auto
 	RuntimeDir        string        // sockets, pidfiles, logs
 	StateDir          string        // persistent state (the ESP nonce ledger); "" means the builtin's default
+	NonceRecord       string        // the nonce ledger's record; "" means the builtin's default
 	Socket            string        // control socket
 	LogFormat         string        // auto, text, json, journal
 	LogLevel          string        // debug, info, warn, error
@@ -83,13 +84,14 @@ func rootCmd(runFn func(context.Context, settings) error) *cobra.Command {
 	f.String("root", "", "root directory holding etc/ (default: ./etc when it exists, else the embedded appliance)")
 	f.String("runtime-dir", "", "runtime directory for sockets, pidfiles and logs (default "+services.DefaultRuntimeDir()+")")
 	f.String("state-dir", "", "directory for persistent state such as the ESP nonce ledger (default: <root>/var/db/keel, /var/db/keel as root, else $XDG_STATE_HOME/keel)")
+	f.String("nonce-record", "", "file recording which ESP nonce ledger was written last, at which epoch: lets a moved ledger carry over and a lost or rolled-back one be refused; keep it in place when the state directory moves (default: <root>/var/db/keel/esp-nonces.record, /var/db/keel/esp-nonces.record as root, else $XDG_STATE_HOME/keel/esp-nonces.record)")
 	f.String("socket", "", "control socket path (default <runtime-dir>/"+services.SocketName+")")
 	f.String("log-format", "auto", "log format: auto, text, json or journal")
 	f.String("log-level", "info", "log level: debug, info, warn or error")
 	f.Duration("calibration-budget", 20*time.Millisecond, "crypto calibration time per provider")
 	f.String("control-group", "", "group (name or gid) allowed to change state through the control socket")
 	f.String("socket-group", "", "group (name or gid) owning the 0660 control socket, whose members may read status (default: control-group)")
-	for _, name := range []string{"root", "runtime-dir", "state-dir", "socket", "log-format", "log-level", "calibration-budget", "control-group", "socket-group"} {
+	for _, name := range []string{"root", "runtime-dir", "state-dir", "nonce-record", "socket", "log-format", "log-level", "calibration-budget", "control-group", "socket-group"} {
 		_ = v.BindPFlag(name, f.Lookup(name))
 	}
 	_ = v.BindPFlag("config", f.Lookup("config"))
@@ -111,6 +113,7 @@ func loadSettings(v *viper.Viper) (settings, error) {
 		Root:              v.GetString("root"),
 		RuntimeDir:        v.GetString("runtime-dir"),
 		StateDir:          v.GetString("state-dir"),
+		NonceRecord:       v.GetString("nonce-record"),
 		Socket:            v.GetString("socket"),
 		LogFormat:         v.GetString("log-format"),
 		LogLevel:          v.GetString("log-level"),
@@ -216,8 +219,8 @@ func run(ctx context.Context, s settings) error {
 		Root: root, RootDir: rootDir, RuntimeDir: s.RuntimeDir, Logger: log,
 		Seed: map[string]string{
 			"keel_self": self, "keel_runtime_dir": s.RuntimeDir, "keel_root": rootDir,
-			"keel_state_dir": s.StateDir,
-			"keel_uid":       strconv.Itoa(os.Getuid()),
+			"keel_state_dir": s.StateDir, "keel_nonce_record": s.NonceRecord,
+			"keel_uid": strconv.Itoa(os.Getuid()),
 		},
 		Builtins:    sys.Builtins(),
 		LoadModules: sys.LoadModules,

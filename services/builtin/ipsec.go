@@ -13,10 +13,10 @@ import (
 	"log/slog"
 	"net/netip"
 	"path"
-	"path/filepath"
 	"reflect"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"github.com/keelinit/keel/ipsec"
 	"github.com/keelinit/keel/ipsec/dataplane"
@@ -59,61 +59,11 @@ type ipsecService struct {
 	// service's, successive ones across restarts, and pktgen's peer). It
 	// is opened at the first Start and stays open for the life of the
 	// System; a later Start naming another file switches to it.
-	ledgerMu sync.Mutex
-	ledger   *ipsec.NonceLedger
+	ledgerMu      sync.Mutex
+	ledger        *ipsec.NonceLedger
+	ledgerRefused atomic.Uint64 // opens and moves that failed
 
 	expiry expiries // SA lifetime events (expiry.go)
-}
-
-// ledgerVar is the rc.conf variable naming the nonce ledger file.
-const ledgerVar = "ipsec_nonce_ledger"
-
-// nonceLedgerPath returns the ledger file of env: ipsec_nonce_ledger (an
-// absolute path) if set, else esp-nonces in keeld's state directory
-// (StateDir of keel_state_dir and keel_root).
-func nonceLedgerPath(env services.BuiltinEnv) (string, error) {
-	if p := strings.TrimSpace(env.Config.Get(ledgerVar)); p != "" {
-		if !filepath.IsAbs(p) {
-			return "", fmt.Errorf("%s: %q is not an absolute path", ledgerVar, p)
-		}
-		return filepath.Clean(p), nil
-	}
-	d, err := StateDir(env.Config.Get("keel_state_dir"), env.Config.Get("keel_root"))
-	if err != nil {
-		return "", fmt.Errorf("%s: %w", ledgerVar, err)
-	}
-	return filepath.Join(d, "esp-nonces"), nil
-}
-
-// nonceLedger returns the System's nonce ledger for env's file, opening it
-// on first use. A ledger file that cannot be read or trusted fails the
-// start: running AEAD SAs without it could reuse nonces.
-func (s *ipsecService) nonceLedger(env services.BuiltinEnv) (*ipsec.NonceLedger, error) {
-	p, err := nonceLedgerPath(env)
-	if err != nil {
-		return nil, err
-	}
-	s.ledgerMu.Lock()
-	defer s.ledgerMu.Unlock()
-	if s.ledger != nil && s.ledger.Path() == p {
-		return s.ledger, nil
-	}
-	l, err := ipsec.OpenNonceLedger(p, ipsec.LedgerOptions{})
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", ledgerVar, err)
-	}
-	if s.ledger != nil {
-		_ = s.ledger.Close()
-	}
-	s.ledger = l
-	return l, nil
-}
-
-// currentLedger returns the ledger opened by the last Start, or nil.
-func (s *ipsecService) currentLedger() *ipsec.NonceLedger {
-	s.ledgerMu.Lock()
-	defer s.ledgerMu.Unlock()
-	return s.ledger
 }
 
 func newIPsecService(sys *System) *ipsecService {
@@ -163,13 +113,14 @@ func readConfig(env services.BuiltinEnv) (*setkey.Config, string, error) {
 	return cfg, file, nil
 }
 
-// Settings are the ipsec_file (name and content hash) and the gateway's
-// variables: a change is applied in place by Reload.
+// Settings are the ipsec_file (name and content hash), the gateway's
+// variables and the nonce ledger's: a change is applied in place by Reload.
 func (s *ipsecService) Settings(env services.BuiltinEnv) map[string]string {
 	out := fileSettings(env)
 	for _, v := range dataplaneVars {
 		out[v] = env.Config.Get(v)
 	}
+	ledgerSettings(env, out)
 	return out
 }
 
@@ -320,6 +271,9 @@ func (s *ipsecService) Reload(ctx context.Context, env services.BuiltinEnv) erro
 	if eng == nil {
 		return errors.New("ipsec is not running")
 	}
+	if _, err := s.nonceLedger(env); err != nil { // moves it if its file changed
+		return err
+	}
 	gwCfg, tun, err := gatewayConfig(env)
 	if err != nil {
 		return err
@@ -458,6 +412,9 @@ func (s *ipsecService) Status() string {
 			tun += " FAILED: " + st.Err
 		}
 		out = tun + "; " + out
+	}
+	if d := s.ledgerDegraded(); d != "" {
+		out = "degraded: " + d + "; " + out
 	}
 	return out
 }

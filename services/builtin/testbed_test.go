@@ -81,7 +81,8 @@ func newTestbedLog(t *testing.T, local string, budget time.Duration, gateways *f
 	b := &testbed{t: t, ctx: context.Background(), sys: sys, root: appliance(t, local), rt: t.TempDir()}
 	m, err := services.New(services.Options{
 		Root: b.root, RuntimeDir: b.rt, Logger: log,
-		Seed:     map[string]string{"keel_runtime_dir": b.rt, "keel_state_dir": b.rt, "keel_self": "/bin/false"},
+		Seed: map[string]string{"keel_runtime_dir": b.rt, "keel_state_dir": b.rt, "keel_self": "/bin/false",
+			recordVar: filepath.Join(b.rt, "esp-nonces.record")},
 		Builtins: sys.Builtins(), LoadModules: sys.LoadModules,
 	})
 	if err != nil {

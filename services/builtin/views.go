@@ -133,6 +133,8 @@ type IPsec struct {
 	Counters   *ipsec.Counters   `json:"counters,omitempty"`
 	Pktgen     string            `json:"pktgen,omitempty"`
 	Drops      map[string]uint64 `json:"drops,omitempty"`
+	// NonceLedger is the state of the AEAD nonce ledger.
+	NonceLedger *ipsec.LedgerStats `json:"nonce_ledger,omitempty"`
 }
 
 // ModuleRequest is the body of POST /v1/modules/load and /unload.
@@ -219,6 +221,10 @@ func (s *System) IPsecView() IPsec {
 	out.Drops = nonZero(c.Drops)
 	if s.pg.running() {
 		out.Pktgen = s.pg.Status()
+	}
+	if l := s.ips.currentLedger(); l != nil {
+		st := l.Stats()
+		out.NonceLedger = &st
 	}
 	return out
 }
@@ -330,11 +336,18 @@ var (
 	descSAExpired = prometheus.NewDesc("keel_ipsec_sa_expired_total", "SA lifetime events: soft (rekey due) or hard (SA dead) lifetime reached, by the lifetime that ran out (time, bytes, packets, sequence numbers).", []string{"lifetime", "reason"}, nil)
 	descSAs       = prometheus.NewDesc("keel_ipsec_sas", "Installed SAs by state (mature, dying, dead).", []string{"state"}, nil)
 	descIfUp      = prometheus.NewDesc("keel_ipsec_if_up", "1 while the gateway's loops run, 0 after they stopped on an error.", []string{"if", "encap", "outer"}, nil)
+
+	descLedgerWritable = prometheus.NewDesc("keel_ipsec_nonce_ledger_writable", "1 while the nonce ledger file is written, 0 while its writes fail (AEAD SAs stop once their range is used up).", []string{"ledger"}, nil)
+	descLedgerErrors   = prometheus.NewDesc("keel_ipsec_nonce_ledger_write_errors_total", "Failed reads and writes of the nonce ledger file.", []string{"ledger"}, nil)
+	descLedgerUnrec    = prometheus.NewDesc("keel_ipsec_nonce_unrecorded_keys_total", "AEAD keys started at sequence 1 because the nonce ledger had no entry for them.", []string{"ledger"}, nil)
+	descLedgerUnsafe   = prometheus.NewDesc("keel_ipsec_nonce_ledger_unsafe", "1 when the nonce ledger was lost or rolled back and opened anyway by the policy (label).", []string{"ledger", "policy"}, nil)
+	descLedgerRefused  = prometheus.NewDesc("keel_ipsec_nonce_ledger_refused_total", "Starts and reloads of ipsec refused because the nonce ledger was unsafe or unreadable.", nil, nil)
 )
 
 func (c collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descProvState, descProvTput, descProvSess, descProvReb, descProvBytes, descSAPkts, descSABytes, descSADrops, descSARebinds, descSAExpired, descSAs,
-		descIfPkts, descIfBytes, descIfRead, descIfDrops, descIfUp} {
+		descIfPkts, descIfBytes, descIfRead, descIfDrops, descIfUp,
+		descLedgerWritable, descLedgerErrors, descLedgerUnrec, descLedgerUnsafe, descLedgerRefused} {
 		ch <- d
 	}
 }
@@ -395,6 +408,21 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 			}
 		}
 	}
+	if l := c.s.ips.currentLedger(); l != nil {
+		st := l.Stats()
+		ok, unsafe := 1.0, 0.0
+		if st.Err != "" {
+			ok = 0
+		}
+		if st.Incident != "" {
+			unsafe = 1
+		}
+		ch <- prometheus.MustNewConstMetric(descLedgerWritable, prometheus.GaugeValue, ok, st.Path)
+		ch <- prometheus.MustNewConstMetric(descLedgerErrors, prometheus.CounterValue, float64(st.WriteErrors), st.Path)
+		ch <- prometheus.MustNewConstMetric(descLedgerUnrec, prometheus.CounterValue, float64(st.UnrecordedKeys), st.Path)
+		ch <- prometheus.MustNewConstMetric(descLedgerUnsafe, prometheus.GaugeValue, unsafe, st.Path, string(st.Policy))
+	}
+	ch <- prometheus.MustNewConstMetric(descLedgerRefused, prometheus.CounterValue, float64(c.s.ips.ledgerRefused.Load()))
 	for _, p := range cv.Providers {
 		ch <- prometheus.MustNewConstMetric(descProvState, prometheus.GaugeValue, 1, p.Name, p.Kind, p.State)
 		ch <- prometheus.MustNewConstMetric(descProvSess, prometheus.GaugeValue, float64(p.Sessions), p.Name)
