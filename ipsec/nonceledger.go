@@ -1,9 +1,7 @@
 package ipsec
 
 import (
-	"crypto/hmac"
 	crand "crypto/rand"
-	"crypto/sha256"
 	"errors"
 	"fmt"
 	"math"
@@ -134,7 +132,7 @@ type LedgerStats struct {
 	Policy   NoncePolicy `json:"policy,omitempty"`
 	// UnrecordedKeys counts the AEAD keys that started at sequence 1
 	// because the ledger file had no entry for them.
-	UnrecordedKeys uint64 `json:"unrecorded_keys"`
+	UnrecordedKeys uint64 `json:"unrecorded_starts"`
 	// WriteErrors counts failed reads and writes of the file; Err is the
 	// last one while it lasts ("" once a write succeeds again).
 	WriteErrors uint64 `json:"write_errors"`
@@ -195,13 +193,9 @@ func (l *NonceLedger) Err() error {
 }
 
 // nonceID is the ledger's keyed fingerprint of s's AEAD key.
+// It is HMAC-SHA-256 (the ledger file's key ids), computed by keyedSum.
 func (l *NonceLedger) nonceID(s *sa) [32]byte {
-	m := hmac.New(sha256.New, l.key[:])
-	m.Write([]byte{byte(s.cfg.Alg.Cipher), byte(s.cfg.Alg.KeyBits >> 8), byte(s.cfg.Alg.KeyBits)})
-	m.Write(s.cfg.EncKey)
-	var id [32]byte
-	m.Sum(id[:0])
-	return id
+	return keyedSum(l.key[:], []byte{byte(s.cfg.Alg.Cipher), byte(s.cfg.Alg.KeyBits >> 8), byte(s.cfg.Alg.KeyBits)}, s.cfg.EncKey)
 }
 
 // assign registers a new AEAD SA (before it is bound or published): it

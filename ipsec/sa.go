@@ -2,8 +2,6 @@ package ipsec
 
 import (
 	"context"
-	"crypto/hmac"
-	"crypto/sha256"
 	"net/netip"
 	"sync"
 	"sync/atomic"
@@ -106,8 +104,9 @@ type sa struct {
 	inPol polCache
 }
 
+// fingerprint is a keyed digest of c's transform and keys under key (see
+// keyedSum: no copy of the SA's keys is left behind).
 func fingerprint(key []byte, c *saConfig) [32]byte {
-	m := hmac.New(sha256.New, key)
 	var b [8]byte
 	b[0], b[1], b[2] = byte(c.Alg.Cipher), byte(c.Alg.KeyBits>>8), byte(c.Alg.KeyBits)
 	b[3] = byte(c.Alg.Auth)
@@ -115,13 +114,7 @@ func fingerprint(key []byte, c *saConfig) [32]byte {
 		b[4] = 1
 	}
 	b[5] = byte(c.Mode)
-	m.Write(b[:])
-	m.Write(c.EncKey)
-	m.Write([]byte{0})
-	m.Write(c.AuthKey)
-	var out [32]byte
-	m.Sum(out[:0])
-	return out
+	return keyedSum(key, b[:], c.EncKey, []byte{0}, c.AuthKey)
 }
 
 // sameSA reports whether a and b are the same SA (identity, transform,
