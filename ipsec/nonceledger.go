@@ -7,6 +7,8 @@ import (
 	"math"
 	"sync"
 	"time"
+
+	"github.com/keelinit/keel/internal/keyedhash"
 )
 
 // ErrLedgerClosed is returned by Apply when a new AEAD SA needs sequence
@@ -193,9 +195,9 @@ func (l *NonceLedger) Err() error {
 }
 
 // nonceID is the ledger's keyed fingerprint of s's AEAD key.
-// It is HMAC-SHA-256 (the ledger file's key ids), computed by keyedSum.
+// It is HMAC-SHA-256 (the ledger file's key ids), computed by keyedhash.Sum.
 func (l *NonceLedger) nonceID(s *sa) [32]byte {
-	return keyedSum(l.key[:], []byte{byte(s.cfg.Alg.Cipher), byte(s.cfg.Alg.KeyBits >> 8), byte(s.cfg.Alg.KeyBits)}, s.cfg.EncKey)
+	return keyedhash.Sum(l.key[:], []byte{byte(s.cfg.Alg.Cipher), byte(s.cfg.Alg.KeyBits >> 8), byte(s.cfg.Alg.KeyBits)}, s.cfg.EncKey)
 }
 
 // assign registers a new AEAD SA (before it is bound or published): it

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/keelinit/keel/crypto"
+	"github.com/keelinit/keel/internal/keyedhash"
 	"github.com/keelinit/keel/ipsec/replay"
 	"github.com/keelinit/keel/ipsec/setkey"
 	"github.com/keelinit/keel/ipsec/spd"
@@ -105,7 +106,7 @@ type sa struct {
 }
 
 // fingerprint is a keyed digest of c's transform and keys under key (see
-// keyedSum: no copy of the SA's keys is left behind).
+// keyedhash.Sum: no copy of the SA's keys is left behind).
 func fingerprint(key []byte, c *saConfig) [32]byte {
 	var b [8]byte
 	b[0], b[1], b[2] = byte(c.Alg.Cipher), byte(c.Alg.KeyBits>>8), byte(c.Alg.KeyBits)
@@ -114,7 +115,7 @@ func fingerprint(key []byte, c *saConfig) [32]byte {
 		b[4] = 1
 	}
 	b[5] = byte(c.Mode)
-	return keyedSum(key, b[:], c.EncKey, []byte{0}, c.AuthKey)
+	return keyedhash.Sum(key, b[:], c.EncKey, []byte{0}, c.AuthKey)
 }
 
 // sameSA reports whether a and b are the same SA (identity, transform,

@@ -3,9 +3,7 @@ package builtin
 import (
 	"bytes"
 	"context"
-	"crypto/hmac"
 	crand "crypto/rand"
-	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -18,6 +16,7 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/keelinit/keel/internal/keyedhash"
 	"github.com/keelinit/keel/ipsec"
 	"github.com/keelinit/keel/ipsec/dataplane"
 	"github.com/keelinit/keel/ipsec/setkey"
@@ -141,10 +140,9 @@ func fileSettings(env services.BuiltinEnv) map[string]string {
 	out := map[string]string{"ipsec_file": env.Config.Get("ipsec_file")}
 	rel := strings.TrimPrefix(path.Clean("/"+env.Config.Get("ipsec_file")), "/")
 	if data, err := fs.ReadFile(env.Root, rel); err == nil {
-		m := hmac.New(sha256.New, settingsKey)
-		m.Write(data)
+		sum := keyedhash.Sum(settingsKey, data) // leaves no copy of the keys in data
 		clear(data)
-		out["ipsec_file_hmac"] = hex.EncodeToString(m.Sum(nil)[:16])
+		out["ipsec_file_hmac"] = hex.EncodeToString(sum[:16])
 	}
 	return out
 }

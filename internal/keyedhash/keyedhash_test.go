@@ -1,4 +1,4 @@
-package ipsec
+package keyedhash
 
 import (
 	"crypto/hmac"
@@ -7,11 +7,11 @@ import (
 	"testing"
 )
 
-// TestKeyedSum: keyedSum is HMAC-SHA-256 (crypto/hmac is the reference)
+// TestSum: Sum is HMAC-SHA-256 (crypto/hmac is the reference)
 // for keys shorter than, equal to and longer than a block and messages
 // in any number of parts, so ledger key ids written before it still
 // match; it is the same from every pooled hasher (nothing carried over).
-func TestKeyedSum(t *testing.T) {
+func TestSum(t *testing.T) {
 	seed := rand.Uint64()
 	rng := rand.New(rand.NewPCG(seed, 1))
 	for i := range 2000 {
@@ -33,7 +33,7 @@ func TestKeyedSum(t *testing.T) {
 		}
 		var want [32]byte
 		m.Sum(want[:0])
-		if got := keyedSum(key, parts...); got != want {
+		if got := Sum(key, parts...); got != want {
 			t.Fatalf("seed %d case %d: key %d bytes, %d parts: %x, want %x", seed, i, len(key), len(parts), got, want)
 		}
 	}

@@ -1,4 +1,7 @@
-package ipsec
+// Package keyedhash computes HMAC-SHA-256 over key material without
+// leaving copies of the key or the message in memory nobody wipes (see
+// Sum).
+package keyedhash
 
 import (
 	"crypto/sha256"
@@ -6,7 +9,7 @@ import (
 	"sync"
 )
 
-// keyedSum returns HMAC-SHA-256(key, parts...) (RFC 2104) without leaving
+// Sum returns HMAC-SHA-256(key, parts...) (RFC 2104) without leaving
 // a copy of key or of parts (which hold SA keys) in memory that nobody
 // wipes. crypto/hmac keeps the key in pad buffers it never clears and
 // both it and crypto/sha256 leave the message's last partial block in the
@@ -21,9 +24,9 @@ import (
 // What stays: the SHA-256 chaining state after the key block (a one-way
 // function of the key, overwritten by the next use) and anything a stack
 // growth copied away in the middle (the runtime frees the old stack
-// without clearing it). TestKeyMaterialWiped scans the heap for both SA
-// key and ledger keys after a delete.
-func keyedSum(key []byte, parts ...[]byte) [32]byte {
+// without clearing it). TestSumWipes (here) and ipsec's TestKeyMaterialWiped scan the
+// process's memory for what was hashed.
+func Sum(key []byte, parts ...[]byte) [32]byte {
 	k := keyHashers.Get().(*keyHasher)
 	defer keyHashers.Put(k)
 	key = k.blockKey(key)
@@ -57,7 +60,7 @@ func keyedSum(key []byte, parts ...[]byte) [32]byte {
 	return out
 }
 
-// keyHasher is keyedSum's working memory (pooled: it holds nothing
+// keyHasher is Sum's working memory (pooled: it holds nothing
 // between calls).
 type keyHasher struct {
 	h                hash.Hash
@@ -80,7 +83,7 @@ func (k *keyHasher) blockKey(key []byte) []byte {
 	return k.long[:]
 }
 
-// sum writes the digest to dst and resets it. Both keyedSum's Sums and
+// sum writes the digest to dst and resets it. Both Sum's Sums and
 // scrub's go through here, so that they use the same stack slots.
 //
 //go:noinline
@@ -90,7 +93,7 @@ func (k *keyHasher) sum(dst *[sha256.Size]byte) {
 }
 
 // scrub overwrites the digest's block buffer, then Sum's stack copy of
-// it, with zeros (see keyedSum).
+// it, with zeros (see Sum).
 func (k *keyHasher) scrub() {
 	var discard [sha256.Size]byte
 	k.h.Write(k.zero[:sha256.BlockSize-1]) // the buffer's first 63 bytes
