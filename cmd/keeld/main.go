@@ -309,7 +309,9 @@ func run(ctx context.Context, s settings) error {
 		<-bootDone
 	}
 	metricsStop()
-	_ = sys.Close(sctx)
+	if cerr := sys.Close(sctx); cerr != nil { // e.g. the nonce ledger's last write
+		log.Error("shutdown: " + cerr.Error())
+	}
 	_ = srv.Close(sctx)
 	return err
 }
