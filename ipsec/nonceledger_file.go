@@ -195,8 +195,8 @@ type moving struct {
 // its entries are merged, and its current file needs no reading.
 func loadLedger(path string, opts LedgerOptions, from *moving) (*ledgerFile, ledgerData, string, error) {
 	var none ledgerData
-	if !filepath.IsAbs(path) || !filepath.IsAbs(opts.Record) || strings.ContainsAny(path, "\n\r") {
-		return nil, none, "", fmt.Errorf("nonce ledger %q (record %q): want absolute paths on one line", path, opts.Record)
+	if !filepath.IsAbs(path) || !filepath.IsAbs(opts.Record) || strings.ContainsAny(path, "\n\r") || path == opts.Record {
+		return nil, none, "", fmt.Errorf("nonce ledger %q (record %q): want two different absolute paths on one line", path, opts.Record)
 	}
 	for _, dir := range []string{filepath.Dir(path), filepath.Dir(opts.Record)} {
 		if err := os.MkdirAll(dir, 0o700); err != nil {
@@ -332,6 +332,11 @@ func readRecord(path string) (ledger string, epoch uint64, err error) {
 	if err != nil {
 		return "", 0, fmt.Errorf("nonce ledger record: %w", err)
 	}
+	return parseRecord(path, data)
+}
+
+// parseRecord parses a ledger record; errors name path and line.
+func parseRecord(path string, data []byte) (ledger string, epoch uint64, err error) {
 	bad := func(line int, what string) error {
 		return fmt.Errorf("nonce ledger record %s: line %d: %w: %s", path, line, ErrLedgerCorrupt, what)
 	}
@@ -477,12 +482,16 @@ func (f *ledgerFile) write(d ledgerData) error {
 	if f.record == "" {
 		return nil
 	}
-	rec := fmt.Sprintf("%s %d %s\n", recordMagic, d.epoch, f.path)
-	rec += fmt.Sprintf("end %08x\n", crc32.ChecksumIEEE([]byte(rec)))
-	if err := replaceFile(f.record, []byte(rec)); err != nil {
+	if err := replaceFile(f.record, formatRecord(f.path, d.epoch)); err != nil {
 		return fmt.Errorf("nonce ledger record %s: write: %w", f.record, err)
 	}
 	return nil
+}
+
+// formatRecord is the record naming ledger at epoch.
+func formatRecord(ledger string, epoch uint64) []byte {
+	rec := fmt.Appendf(nil, "%s %d %s\n", recordMagic, epoch, ledger)
+	return fmt.Appendf(rec, "end %08x\n", crc32.ChecksumIEEE(rec))
 }
 
 // replaceFile replaces the file at path with data (0600): temporary file,

@@ -356,3 +356,36 @@ func TestNonceLedgerPrint(t *testing.T) {
 		}
 	}
 }
+
+// FuzzParseRecord: any record parses or fails with ErrLedgerCorrupt
+// naming the file, never panics, and what parses is an absolute path
+// that the writer writes back identically.
+func FuzzParseRecord(f *testing.F) {
+	for _, seed := range []string{
+		string(formatRecord("/var/db/keel/esp-nonces", 7)),
+		recordMagic + " 7 /var/db/keel/esp-nonces\nend ebfa44c9\n",
+		recordMagic + " 7 /var/db/keel/esp nonces with spaces\nend 00000000\n",
+		recordMagic + " 18446744073709551616 /x\nend 00000000\n",
+		recordMagic + " 1 relative\nend 00000000\n",
+		recordMagic + " 1 /x\n",
+		recordMagic + " 1 /x",
+		"",
+	} {
+		f.Add([]byte(seed))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		path, epoch, err := parseRecord("fuzz.record", data)
+		if err != nil {
+			if !errors.Is(err, ErrLedgerCorrupt) || !strings.Contains(err.Error(), "fuzz.record: line ") {
+				t.Fatalf("error %v", err)
+			}
+			return
+		}
+		if !filepath.IsAbs(path) {
+			t.Fatalf("relative path %q", path)
+		}
+		if rec := formatRecord(path, epoch); !bytes.Equal(rec, data) {
+			t.Fatalf("%q parsed, would be written as %q", data, rec)
+		}
+	})
+}

@@ -425,6 +425,9 @@ func poll(t *testing.T, cond func() bool) bool {
 // the same ledger.
 func FuzzParseLedger(f *testing.F) {
 	f.Add([]byte("keel-esp-nonces v1 " + strings.Repeat("ab", 32) + "\nend 0 00000000\n"))
+	f.Add([]byte("keel-esp-nonces v2 " + strings.Repeat("ab", 32) + " 9\nend 0 00000000\n"))
+	f.Add([]byte("keel-esp-nonces v2 " + strings.Repeat("ab", 32) + "\nend 0 00000000\n"))    // no epoch
+	f.Add([]byte("keel-esp-nonces v2 " + strings.Repeat("ab", 32) + " -1\nend 0 00000000\n")) // bad epoch
 	f.Add([]byte(""))
 	f.Add([]byte("end 1 x\n"))
 	f.Fuzz(func(t *testing.T, data []byte) {
