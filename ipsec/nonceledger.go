@@ -44,7 +44,11 @@ var ErrLedgerClosed = errors.New("ipsec: nonce ledger closed")
 // Keys are identified by an HMAC-SHA-256 of (cipher, key size, key and
 // salt) under a random 32-byte ledger key; the key material itself is
 // never stored. Entries live as long as the ledger (a key may come back
-// any time).
+// any time). A file-backed ledger carries an epoch, also kept in its
+// record, so that it moves to another file with its entries (Move, or an
+// open at a new path) and a lost or rolled-back file is never mistaken for
+// a first start (see OpenNonceLedger and NoncePolicy). A failed write is
+// logged once, counted, and reported by Err and Stats until one succeeds.
 //
 // A NonceLedger is safe for concurrent use by any number of engines and
 // goroutines. Share one between every engine of a process that may hold
