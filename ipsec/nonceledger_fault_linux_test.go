@@ -1,9 +1,7 @@
 package ipsec
 
 import (
-	"maps"
 	"path/filepath"
-	"slices"
 	"strings"
 	"testing"
 
@@ -16,7 +14,7 @@ import (
 // drops rather than reuse a nonce; once the fault is gone the ledger
 // writes again, says so, and the SA continues above its durable block.
 func TestNonceLedgerWriteFault(t *testing.T) {
-	for _, name := range slices.Sorted(maps.Keys(testfault.Faults)) {
+	for _, name := range testfault.Names() {
 		t.Run(name, func(t *testing.T) {
 			dir := testfault.Tmpfs(t, 128<<10)
 			r := newLedgerRig(t)
@@ -34,13 +32,7 @@ func TestNonceLedgerWriteFault(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			for used := uint64(1); used < nonceBlockMin; {
-				_, ok := s.reserve(64)
-				used += uint64(ok)
-				if ok == 0 {
-					t.Fatalf("block ended after %d numbers, want %d", used, nonceBlockMin)
-				}
-			}
+			useBlock(t, s, 1)
 			// Two failed attempts (the kick and a retry), one log line.
 			if !poll(t, func() bool { return l.Stats().WriteErrors >= 2 }) {
 				t.Fatalf("write errors %d, want >= 2 (err %v)", l.Stats().WriteErrors, l.Err())

@@ -375,13 +375,7 @@ func TestNonceLedgerExhausted(t *testing.T) {
 	if err := os.WriteFile(path, other, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	for used := uint64(0); used < nonceBlockMin; {
-		_, ok := s.reserve(64)
-		used += uint64(ok)
-		if ok == 0 {
-			t.Fatalf("block ended after %d numbers, want %d", used, nonceBlockMin)
-		}
-	}
+	useBlock(t, s, 0)
 	pool := NewPool(0)
 	if p := sendOne(t, e, pool); p.Verdict != VerdictDrop || p.Drop != DropSeqOverflow {
 		t.Fatalf("past the block: %v %v seq %d", p.Verdict, p.Drop, p.Seq)
@@ -405,6 +399,20 @@ func TestNonceLedgerExhausted(t *testing.T) {
 	disk, err := l.file.read(l.key, 0)
 	if err != nil || disk.m[s.nonceID] < s.nlimit.Load() {
 		t.Errorf("durable mark %d below the limit %d (%v)", disk.m[s.nonceID], s.nlimit.Load(), err)
+	}
+}
+
+// useBlock reserves the rest of s's first block (used numbers of it were
+// sent already), which wakes the refresher at 3/4; it fails if the block
+// ends early.
+func useBlock(t *testing.T, s *sa, used uint64) {
+	t.Helper()
+	for used < nonceBlockMin {
+		_, ok := s.reserve(64)
+		used += uint64(ok)
+		if ok == 0 {
+			t.Fatalf("block ended after %d numbers, want %d", used, nonceBlockMin)
+		}
 	}
 }
 

@@ -3,8 +3,10 @@ package testfault
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"syscall"
 	"testing"
 
@@ -54,6 +56,9 @@ func ReadOnly(dir string) (undo func() error, err error) {
 	}
 	return func() error { return unix.Mount("", dir, "", unix.MS_REMOUNT, "") }, nil
 }
+
+// Names returns the names of Faults, sorted.
+func Names() []string { return slices.Sorted(maps.Keys(Faults)) }
 
 // Faults are the storage faults, by name, for table-driven tests.
 var Faults = map[string]func(dir string) (undo func() error, err error){

@@ -17,21 +17,28 @@ import (
 	"github.com/keelinit/keel/services/rcconf"
 )
 
-// sendSeq encrypts one packet through the running engine's first outbound
-// policy and returns its sequence number (the AEAD nonce of the SA).
-func sendSeq(t *testing.T, b *testbed) uint64 {
+// outPolicy returns the running engine and the selector of its first
+// outbound IPsec policy.
+func outPolicy(t *testing.T, b *testbed) (*ipsec.Engine, spd.Selector) {
 	t.Helper()
 	eng := b.sys.Engine()
 	if eng == nil {
 		t.Fatal("ipsec engine not running")
 	}
-	var sel spd.Selector
 	for _, p := range eng.Policies() {
 		if p.Dir == spd.DirOut && p.Action == spd.IPsec {
-			sel = p.Sel
-			break
+			return eng, p.Sel
 		}
 	}
+	t.Fatal("no outbound IPsec policy")
+	return nil, spd.Selector{}
+}
+
+// sendSeq encrypts one packet through the running engine's first outbound
+// policy and returns its sequence number (the AEAD nonce of the SA).
+func sendSeq(t *testing.T, b *testbed) uint64 {
+	t.Helper()
+	eng, sel := outPolicy(t, b)
 	pool := ipsec.NewPool(0)
 	p := pool.Get()
 	defer p.Release()

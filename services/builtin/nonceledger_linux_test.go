@@ -1,9 +1,7 @@
 package builtin
 
 import (
-	"maps"
 	"path/filepath"
-	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -16,7 +14,7 @@ import (
 // and the ledger metrics show it; once the fault is gone, the status and
 // the metrics recover and traffic flows again.
 func TestIPsecLedgerDegraded(t *testing.T) {
-	for _, name := range slices.Sorted(maps.Keys(testfault.Faults)) {
+	for _, name := range testfault.Names() {
 		t.Run(name, func(t *testing.T) {
 			dir := testfault.Tmpfs(t, 256<<10)
 			ledger := filepath.Join(dir, "esp-nonces")

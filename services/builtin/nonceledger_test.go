@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/keelinit/keel/ipsec"
-	"github.com/keelinit/keel/ipsec/spd"
 )
 
 // ledgerLocal is an rc.conf.local for the nonce ledger tests: the
@@ -148,14 +147,7 @@ func TestIPsecLedgerLost(t *testing.T) {
 // policy, in batches, and returns how many were forwarded.
 func sendMany(t *testing.T, b *testbed, n int) int {
 	t.Helper()
-	eng := b.sys.Engine()
-	var sel spd.Selector
-	for _, p := range eng.Policies() {
-		if p.Dir == spd.DirOut && p.Action == spd.IPsec {
-			sel = p.Sel
-			break
-		}
-	}
+	eng, sel := outPolicy(t, b)
 	pool := ipsec.NewPool(0)
 	data := innerPacket(sel, 64)
 	batch := make([]*ipsec.Packet, 64)
