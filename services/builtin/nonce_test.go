@@ -160,6 +160,33 @@ func TestNonceLedgerPath(t *testing.T) {
 	}
 }
 
+// TestNonceRecordPath: the record's default location follows keel_root
+// only: neither keel_state_dir nor ipsec_nonce_ledger moves it (it is how
+// a moved ledger is found).
+func TestNonceRecordPath(t *testing.T) {
+	t.Setenv("XDG_STATE_HOME", "/xdg")
+	def := "/var/db/keel/esp-nonces.record"
+	if os.Geteuid() != 0 {
+		def = "/xdg/keel/esp-nonces.record"
+	}
+	tests := []struct {
+		seed      map[string]string
+		want, err string
+	}{
+		{map[string]string{recordVar: "/srv/rec"}, "/srv/rec", ""},
+		{map[string]string{recordVar: "rec"}, "", `keel_nonce_record: "rec" is not an absolute path`},
+		{map[string]string{"keel_root": "/r", "keel_state_dir": "/s", ledgerVar: "/l/n"}, "/r/var/db/keel/esp-nonces.record", ""},
+		{map[string]string{"keel_state_dir": "/s", ledgerVar: "/l/n"}, def, ""},
+		{nil, def, ""},
+	}
+	for _, tc := range tests {
+		got, err := nonceRecordPath(services.BuiltinEnv{Config: rcconf.New(tc.seed)})
+		if got != tc.want || (err == nil) != (tc.err == "") || (err != nil && err.Error() != tc.err) {
+			t.Errorf("%v: %q, %v; want %q, %q", tc.seed, got, err, tc.want, tc.err)
+		}
+	}
+}
+
 // TestIPsecSettingsKeyed: the published digest of ipsec.conf (which holds
 // the keys) is keyed, not a plain hash, yet still tracks changes.
 func TestIPsecSettingsKeyed(t *testing.T) {
