@@ -248,31 +248,6 @@ func TestAgainstModel(t *testing.T) {
 	}
 }
 
-func FuzzWindow(f *testing.F) {
-	f.Add(uint16(64), []byte{1, 2, 3, 200, 1, 0})
-	f.Fuzz(func(t *testing.T, size uint16, seqs []byte) {
-		w, err := New(int(size)%(MaxSize+1), true)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var last uint64
-		for i := 0; i+1 < len(seqs); i += 2 {
-			s := uint32(seqs[i])<<8 | uint32(seqs[i+1])
-			seq := w.Infer(s)
-			if w.Check(seq) {
-				if !w.Update(seq) {
-					t.Fatal("update after check failed")
-				}
-				if w.Size() > 0 && w.Check(seq) {
-					t.Fatal("duplicate accepted")
-				}
-				last = seq
-			}
-		}
-		_ = last
-	})
-}
-
 func BenchmarkCheckUpdate(b *testing.B) {
 	w, _ := New(1024, true)
 	var s uint64
