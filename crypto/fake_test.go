@@ -9,6 +9,7 @@ import (
 	"math/rand/v2"
 	"sync"
 	"sync/atomic"
+	"testing"
 	"time"
 
 	"golang.org/x/crypto/chacha20poly1305"
@@ -50,8 +51,16 @@ type fakeProvider struct {
 	hangAfter   atomic.Int64 // stop completing after this many (<0: never)
 	keepOnClose atomic.Bool  // Close does not release hung requests
 	processed   atomic.Int64
+	completions atomic.Int64 // worker completions delivered to the framework
 	closeBusy   atomic.Int64 // Close calls that found requests in flight
 	sessions    atomic.Int64
+
+	// hold, if set, selects requests that a worker parks instead of
+	// processing, until the session's release (a device that is merely
+	// slow, not hung: held requests are processed for real then).
+	hold atomic.Pointer[func(*crypto.Request) bool]
+	// held receives a value each time a request is parked by hold.
+	held chan struct{}
 
 	nonces    *nonceLog
 	onSession func(*fakeSession)
@@ -59,7 +68,7 @@ type fakeProvider struct {
 }
 
 func newFake(name string, workers int) *fakeProvider {
-	f := &fakeProvider{name: name, kind: crypto.KindHardware, workers: workers, queueCap: 256, nonces: newNonceLog()}
+	f := &fakeProvider{name: name, kind: crypto.KindHardware, workers: workers, queueCap: 256, nonces: newNonceLog(), held: make(chan struct{}, 1024)}
 	f.inner = cpuprov.New(crypto.ProviderInfo{Name: name + "-inner"}, stdPrims)
 	f.failAfter.Store(-1)
 	f.hangAfter.Store(-1)
@@ -89,6 +98,8 @@ type fakeSession struct {
 	closed bool
 	queue  chan *crypto.Request
 	hung   []*crypto.Request
+	parked []*crypto.Request // by hold, until release
+	failed []*crypto.Request // failed by failAfter (for lateWriteBack)
 	hungMu sync.Mutex
 	wg     sync.WaitGroup // workers
 	pend   sync.WaitGroup // accepted, not completed
@@ -152,12 +163,22 @@ func (s *fakeSession) worker() {
 			s.hungMu.Unlock()
 			continue
 		}
+		if h := s.f.hold.Load(); h != nil && (*h)(r) {
+			s.hungMu.Lock()
+			s.parked = append(s.parked, r)
+			s.hungMu.Unlock()
+			s.f.held <- struct{}{}
+			continue
+		}
 		if d := time.Duration(s.f.delay.Load()); d > 0 {
 			time.Sleep(d) // a device's latency: it costs no CPU
 		}
 		if fa := s.f.failAfter.Load(); fa >= 0 && n > fa {
 			r.Status = crypto.StatusError
 			r.Err = fmt.Errorf("%s: injected failure: %w", s.f.name, crypto.ErrDeviceGone)
+			s.hungMu.Lock()
+			s.failed = append(s.failed, r)
+			s.hungMu.Unlock()
 		} else {
 			s.process(r)
 		}
@@ -167,6 +188,7 @@ func (s *fakeSession) worker() {
 		one[0] = r
 		s.inq.Add(-1)
 		s.done(one)
+		s.f.completions.Add(1)
 		s.pend.Done()
 	}
 }
@@ -205,8 +227,8 @@ func (s *fakeSession) Close(ctx context.Context) error {
 	s.wg.Wait()
 	if !s.f.keepOnClose.Load() {
 		s.hungMu.Lock()
-		hung := s.hung
-		s.hung = nil
+		hung := append(s.hung, s.parked...)
+		s.hung, s.parked = nil, nil
 		s.hungMu.Unlock()
 		for _, r := range hung {
 			r.Status = crypto.StatusError
@@ -239,6 +261,51 @@ func (s *fakeSession) lateComplete() int {
 		s.done([]*crypto.Request{r})
 	}
 	return len(hung)
+}
+
+// release processes and completes the requests parked by hold, in the
+// order they were parked, and returns how many there were.
+func (s *fakeSession) release() int {
+	s.hungMu.Lock()
+	parked := s.parked
+	s.parked = nil
+	s.hungMu.Unlock()
+	for _, r := range parked {
+		s.process(r)
+		s.inq.Add(-1)
+		s.done([]*crypto.Request{r})
+		s.pend.Done()
+	}
+	return len(parked)
+}
+
+// lateWriteBack completes again, with StatusOK, every request this session
+// failed with an injected failure: a device that reported an error and
+// then, late, wrote back anyway.
+func (s *fakeSession) lateWriteBack() int {
+	s.hungMu.Lock()
+	failed := s.failed
+	s.failed = nil
+	s.hungMu.Unlock()
+	for _, r := range failed {
+		r.Status, r.Err = crypto.StatusOK, nil
+		s.done([]*crypto.Request{r})
+	}
+	return len(failed)
+}
+
+// waitHeld waits until n more requests have been parked by hold.
+func (f *fakeProvider) waitHeld(t testing.TB, n int, d time.Duration) {
+	t.Helper()
+	deadline := time.NewTimer(d)
+	defer deadline.Stop()
+	for i := range n {
+		select {
+		case <-f.held:
+		case <-deadline.C:
+			t.Fatalf("%s: %d of %d requests parked within %v", f.name, i, n, d)
+		}
+	}
 }
 
 // nonceLog records, per (key, nonce), the digest of the data encrypted.
