@@ -72,27 +72,28 @@ func fuzzSeeds(t testing.TB) [][]byte {
 }
 
 // FuzzInbound: decapsulation of arbitrary input never panics, and a
-// forwarded result is a well-formed IP packet inside the buffer.
+// forwarded result is a well-formed IP packet inside the buffer and
+// authentic: the input's ESP packet verifies under the SA's key (checked
+// with the standard library, see checkForwardAuthenticated), and what is
+// forwarded is its payload.
 func FuzzInbound(f *testing.F) {
 	for _, s := range fuzzSeeds(f) {
 		f.Add(s)
 	}
+	for _, s := range refSeeds(f) {
+		f.Add(s.in)
+	}
+	sas := refSAs(f, fuzzConf)
 	f.Fuzz(func(t *testing.T, in []byte) {
 		e := fuzzEngine(t)
 		if len(in) == 0 {
 			return
 		}
-		p := fuzzPool.Get()
-		defer p.Release()
-		if !p.SetData(in[1:]) {
+		p := fuzzInboundPacket(in)
+		if p == nil {
 			return
 		}
-		p.Frame = Frame(in[0] % 4)
-		p.Src = netip.AddrPortFrom(addrA, 4500)
-		p.Dst = netip.AddrPortFrom(addrB, 4500)
-		if in[0]&0x80 != 0 {
-			p.Src, p.Dst = netip.AddrPortFrom(addrA6, 0), netip.AddrPort{}
-		}
+		defer p.Release()
 		e.Inbound([]*Packet{p})
 		switch p.Verdict {
 		case VerdictForward:
@@ -103,6 +104,7 @@ func FuzzInbound(f *testing.F) {
 			if !ok || h.total != p.Len() {
 				t.Fatalf("forwarded a malformed packet %x", p.Data())
 			}
+			checkForwardAuthenticated(t, sas, Frame(in[0]%4), in[1:], p)
 		case VerdictDrop:
 			if p.Drop == DropNone || p.Drop >= NumDropReasons {
 				t.Fatalf("dropped without a reason")
@@ -112,6 +114,24 @@ func FuzzInbound(f *testing.F) {
 			t.Fatalf("bounds %d..%d", p.off, p.end)
 		}
 	})
+}
+
+// fuzzInboundPacket decodes a FuzzInbound input: in[0]%4 is the Frame,
+// in[0]&0x80 selects IPv6 outer addresses (the destination unknown), the
+// rest is the data. It returns nil if the data does not fit.
+func fuzzInboundPacket(in []byte) *Packet {
+	p := fuzzPool.Get()
+	if !p.SetData(in[1:]) {
+		p.Release()
+		return nil
+	}
+	p.Frame = Frame(in[0] % 4)
+	p.Src = netip.AddrPortFrom(addrA, 4500)
+	p.Dst = netip.AddrPortFrom(addrB, 4500)
+	if in[0]&0x80 != 0 {
+		p.Src, p.Dst = netip.AddrPortFrom(addrA6, 0), netip.AddrPort{}
+	}
+	return p
 }
 
 // TestWriteFuzzCorpus regenerates testdata/fuzz/FuzzInbound and
@@ -138,6 +158,9 @@ func TestWriteFuzzCorpus(t *testing.T) {
 		seeds = append(seeds, b)
 	}
 	writeCorpus(t, dir, seeds)
+	for _, s := range refSeeds(t) {
+		writeCorpusFile(t, filepath.Join(dir, s.name), s.in)
+	}
 	writeCorpus(t, filepath.Join("testdata", "fuzz", "FuzzOutbound"), outboundSeeds())
 }
 
@@ -146,10 +169,15 @@ func writeCorpus(t *testing.T, dir string, seeds [][]byte) {
 		t.Fatal(err)
 	}
 	for i, s := range seeds {
-		body := fmt.Sprintf("go test fuzz v1\n[]byte(%q)\n", s)
-		if err := os.WriteFile(filepath.Join(dir, fmt.Sprintf("seed-%02d", i)), []byte(body), 0o644); err != nil {
-			t.Fatal(err)
-		}
+		writeCorpusFile(t, filepath.Join(dir, fmt.Sprintf("seed-%02d", i)), s)
+	}
+}
+
+// writeCorpusFile writes one []byte corpus entry.
+func writeCorpusFile(t *testing.T, path string, in []byte) {
+	body := fmt.Sprintf("go test fuzz v1\n[]byte(%q)\n", in)
+	if err := os.WriteFile(path, []byte(body), 0o644); err != nil {
+		t.Fatal(err)
 	}
 }
 
