@@ -1,7 +1,6 @@
 package crypto_test
 
 import (
-	"context"
 	"encoding/binary"
 	"testing"
 
@@ -33,7 +32,7 @@ func TestZeroAllocsPerRequest(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			defer b.Close(context.Background())
+			defer closeBinding(t, b)
 			const batch = 32
 			icv := alg.ICVLen()
 			buf := make([]byte, batch*(1424+icv))

@@ -10,6 +10,7 @@ import (
 	"github.com/keelinit/keel/crypto"
 	"github.com/keelinit/keel/crypto/aesni"
 	"github.com/keelinit/keel/crypto/internal/cpuprov"
+	"github.com/keelinit/keel/internal/testwait"
 )
 
 // syncProvider is an in-CPU provider (cpuprov over the stdlib, so its
@@ -156,9 +157,7 @@ func TestSyncRebindUnderLoad(t *testing.T) {
 				t.Fatalf("bound to %q", tr.b.Provider())
 			}
 			tr.run(func() {
-				for tr.c.count() < 200 {
-					time.Sleep(50 * time.Microsecond)
-				}
+				testwait.Until(t, testwait.Timeout, "200 deliveries", func() bool { return tr.c.count() >= 200 })
 				if err := fw.Deregister(context.Background(), "a"); err != nil {
 					t.Error(err)
 				}
@@ -219,7 +218,7 @@ func TestSyncInvalidRequests(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer b.Close(context.Background())
+	defer closeBinding(t, b)
 	var reqs []*crypto.Request
 	for i := range 8 {
 		pk := makePacket(t, keys, 64, uint64(i), false)
@@ -282,7 +281,7 @@ func TestSyncReentrantSubmit(t *testing.T) {
 	if b, err = fw.Bind(keys, done); err != nil {
 		t.Fatal(err)
 	}
-	defer b.Close(context.Background())
+	defer closeBinding(t, b)
 	var first []*crypto.Request
 	for i := range 4 {
 		first = append(first, &makePacket(t, keys, 64, uint64(i), true).req)

@@ -9,6 +9,7 @@ import (
 
 	"github.com/keelinit/keel/crypto"
 	"github.com/keelinit/keel/crypto/aesni"
+	"github.com/keelinit/keel/internal/testwait"
 )
 
 // TestReportFault: a provider reports its own fault (a device died) in the
@@ -22,19 +23,11 @@ func TestReportFault(t *testing.T) {
 	mustRegisterSlow(t, fw, "b")
 	tr := bindTraffic(t, fw, algGCM128, 8, 2, 300)
 	tr.run(func() {
-		for tr.c.count() < 100 {
-			time.Sleep(100 * time.Microsecond)
-		}
+		testwait.Until(t, testwait.Timeout, "100 deliveries", func() bool { return tr.c.count() >= 100 })
 		fw.ReportFault("a", crypto.ErrDeviceGone)
 		fw.ReportFault("no-such-provider", crypto.ErrDeviceGone) // ignored
 	})
-	deadline := time.Now().Add(5 * time.Second)
-	for tr.b.Provider() != "b" && time.Now().Before(deadline) {
-		time.Sleep(time.Millisecond)
-	}
-	if tr.b.Provider() != "b" {
-		t.Fatalf("binding on %q after a's fault", tr.b.Provider())
-	}
+	testwait.Until(t, testwait.Timeout, "binding moved to b after a's fault", func() bool { return tr.b.Provider() == "b" })
 	for _, p := range fw.Providers() {
 		if p.Name == "a" && (p.State != crypto.StateDegraded || p.Faults != 1 || !errorsContains(p.LastFault, "device gone")) {
 			t.Fatalf("a: %+v", p)
@@ -49,10 +42,10 @@ func TestFrameworkClose(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := fw.Close(context.Background()); err != nil {
+	if err := fw.Close(testwait.Context(t)); err != nil {
 		t.Fatal(err)
 	}
-	if err := fw.Close(context.Background()); err != nil {
+	if err := fw.Close(testwait.Context(t)); err != nil {
 		t.Fatalf("second Close: %v", err)
 	}
 	if _, err := fw.Bind(testKeys(algGCM128, 1), func([]*crypto.Request) {}); !errors.Is(err, crypto.ErrClosed) {
@@ -64,7 +57,7 @@ func TestFrameworkClose(t *testing.T) {
 	if b.Provider() != "" || len(fw.Providers()) != 0 {
 		t.Fatalf("after Close: binding on %q, %d providers", b.Provider(), len(fw.Providers()))
 	}
-	if err := b.Close(context.Background()); err != nil {
+	if err := b.Close(testwait.Context(t)); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -125,7 +118,7 @@ func TestControlPathStress(t *testing.T) {
 					reqs = append(reqs, &makePacket(t, keys, 128, uint64(j), true).req)
 				}
 				submitAll(t, b, reqs)
-				if err := b.Close(context.Background()); err != nil {
+				if err := b.Close(testwait.Context(t)); err != nil {
 					t.Error(err)
 				}
 				if c.count() != len(reqs) || c.dups != 0 {
@@ -141,8 +134,8 @@ func TestControlPathStress(t *testing.T) {
 			}
 		}()
 	}
-	churn.Wait()
-	users.Wait()
+	testwait.Wait(t, 6*testwait.Timeout, "provider churn done", &churn)
+	testwait.Wait(t, testwait.Timeout, "binding users stopped", &users)
 	var rebinds uint64
 	for _, p := range fw.Providers() {
 		rebinds += p.RebindsIn

@@ -13,6 +13,7 @@ import (
 	"github.com/keelinit/keel/crypto"
 	"github.com/keelinit/keel/crypto/aesni"
 	"github.com/keelinit/keel/crypto/internal/cpuprov"
+	"github.com/keelinit/keel/internal/testwait"
 )
 
 func allAlgs() []crypto.Algorithm {
@@ -194,7 +195,7 @@ func TestBindAllAlgorithms(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			defer b.Close(context.Background())
+			defer closeBinding(t, b)
 			if b.Provider() != "aesni" {
 				t.Fatalf("bound to %q", b.Provider())
 			}
@@ -248,7 +249,7 @@ func TestInvalidRequestIsNotAFault(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer b.Close(context.Background())
+	defer closeBinding(t, b)
 	bad := []*crypto.Request{
 		{Dir: crypto.Encrypt, Data: make([]byte, 15), ICV: make([]byte, 12), IV: make([]byte, 16)}, // not a block multiple
 		{Dir: crypto.Encrypt, Data: make([]byte, 16), ICV: make([]byte, 12), IV: make([]byte, 8)},  // IV
@@ -292,7 +293,7 @@ func TestBindErrors(t *testing.T) {
 	if err != nil {
 		t.Fatalf("gcm-192: %v", err)
 	}
-	_ = b192.Close(context.Background())
+	closeBinding(t, b192)
 	if _, err := fw.Bind(testKeys(algGCM128, 1), nil); err == nil {
 		t.Fatal("nil CompletionFunc accepted")
 	}
@@ -315,7 +316,7 @@ func TestBindingCloseDrainsAndRejects(t *testing.T) {
 		reqs = append(reqs, &makePacket(t, keys, 256, uint64(i), true).req)
 	}
 	submitAll(t, b, reqs)
-	if err := b.Close(context.Background()); err != nil {
+	if err := b.Close(testwait.Context(t)); err != nil {
 		t.Fatal(err)
 	}
 	if c.count() != len(reqs) {
@@ -325,7 +326,7 @@ func TestBindingCloseDrainsAndRejects(t *testing.T) {
 	if n := b.Submit(reqs[:1]); n != 0 {
 		t.Fatalf("Submit after Close accepted %d", n)
 	}
-	if err := b.Close(context.Background()); err != nil {
+	if err := b.Close(testwait.Context(t)); err != nil {
 		t.Fatalf("second Close: %v", err)
 	}
 	if slow.sessions.Load() != 0 {
@@ -382,7 +383,7 @@ func TestUnboundThenBound(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer b.Close(context.Background())
+	defer closeBinding(t, b)
 	if err := fw.Deregister(context.Background(), "fake"); err != nil {
 		t.Fatal(err)
 	}

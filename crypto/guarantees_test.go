@@ -12,6 +12,7 @@ import (
 	"github.com/keelinit/keel/crypto"
 	"github.com/keelinit/keel/crypto/aesni"
 	"github.com/keelinit/keel/crypto/cryptosoft"
+	"github.com/keelinit/keel/internal/testwait"
 )
 
 // traffic drives one binding with concurrent submitters. Acceptance is
@@ -47,7 +48,7 @@ func (tr *traffic) run(during func()) {
 		go func() {
 			defer wg.Done()
 			<-start
-			deadline := time.Now().Add(30 * time.Second)
+			deadline := time.Now().Add(testwait.Timeout)
 			for len(reqs) > 0 {
 				n := min(tr.batch, len(reqs))
 				tr.mu.Lock()
@@ -69,8 +70,8 @@ func (tr *traffic) run(during func()) {
 	if during != nil {
 		during()
 	}
-	wg.Wait()
-	tr.c.waitFor(t, tr.submitters*tr.perSub, 30*time.Second)
+	testwait.Wait(t, 2*testwait.Timeout, "submitters done", &wg)
+	tr.c.waitFor(t, tr.submitters*tr.perSub, 2*testwait.Timeout)
 	tr.check()
 }
 
@@ -109,7 +110,7 @@ func bindTraffic(t *testing.T, fw *crypto.Framework, alg crypto.Algorithm, seed 
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { b.Close(context.Background()) })
+	t.Cleanup(func() { closeBinding(t, b) })
 	return &traffic{t: t, b: b, c: c, keys: keys, submitters: submitters, perSub: perSub, batch: 8, size: 200}
 }
 
@@ -143,9 +144,7 @@ func TestLiveRebindFasterProvider(t *testing.T) {
 		t.Fatalf("bound to %q", tr.b.Provider())
 	}
 	tr.run(func() {
-		for tr.c.count() < 200 {
-			time.Sleep(100 * time.Microsecond)
-		}
+		testwait.Until(t, testwait.Timeout, "200 deliveries", func() bool { return tr.c.count() >= 200 })
 		mustRegister(t, fw, aesni.New())
 	})
 	if tr.b.Provider() != "aesni" {
@@ -164,11 +163,7 @@ func TestLiveRebindFasterProvider(t *testing.T) {
 	waitSessions(t, slow, 0)
 	// The framework counts the retired session as closed only after its
 	// background close returns; give it that moment.
-	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
-		if providerSessions(fw, "slow") == 0 {
-			break
-		}
-	}
+	testwait.Until(t, testwait.Timeout, "slow's retired session counted closed", func() bool { return providerSessions(fw, "slow") == 0 })
 	for _, p := range fw.Providers() {
 		if p.Name == "slow" && (p.RebindsOut != 1 || p.Sessions != 0) {
 			t.Fatalf("slow: %+v", p)
@@ -191,13 +186,7 @@ func providerSessions(fw *crypto.Framework, name string) int {
 
 func waitSessions(t *testing.T, f *fakeProvider, n int64) {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for f.sessions.Load() != n {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: %d sessions open, want %d", f.name, f.sessions.Load(), n)
-		}
-		time.Sleep(time.Millisecond)
-	}
+	testwait.Until(t, testwait.Timeout, fmt.Sprintf("%s: %d sessions open", f.name, n), func() bool { return f.sessions.Load() == n })
 }
 
 // TestHysteresis: a provider only slightly faster does not steal bindings;
@@ -212,7 +201,7 @@ func TestHysteresis(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer b.Close(context.Background())
+	defer closeBinding(t, b)
 	mustRegister(t, fw, aesni.New())
 	if b.Provider() != "slow" {
 		t.Fatalf("moved to %q despite hysteresis", b.Provider())
@@ -222,7 +211,7 @@ func TestHysteresis(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer b2.Close(context.Background())
+	defer closeBinding(t, b2)
 	if b2.Provider() != "aesni" {
 		t.Fatalf("new binding on %q", b2.Provider())
 	}
@@ -256,7 +245,7 @@ func TestSelectionEitherOrder(t *testing.T) {
 				if b.Provider() != "aesni" {
 					t.Errorf("%v bound to %q", alg, b.Provider())
 				}
-				b.Close(context.Background())
+				closeBinding(t, b)
 			}
 		})
 	}
@@ -285,9 +274,7 @@ func TestFaultRetriedElsewhere(t *testing.T) {
 		t.Fatalf("moved to %q on arrival of a slower provider", tr.b.Provider())
 	}
 	tr.run(func() {
-		for tr.c.count() < 100 {
-			time.Sleep(100 * time.Microsecond)
-		}
+		testwait.Until(t, testwait.Timeout, "100 deliveries", func() bool { return tr.c.count() >= 100 })
 		a.failAfter.Store(a.processed.Load())
 	})
 	if tr.b.Provider() != "b" {
@@ -317,7 +304,7 @@ func TestFaultRetriedElsewhere(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer nb.Close(context.Background())
+	defer closeBinding(t, nb)
 	if nb.Provider() != "b" {
 		t.Fatalf("new binding on %q", nb.Provider())
 	}
@@ -339,9 +326,7 @@ func TestHungProviderTimesOut(t *testing.T) {
 	b.delay.Store(0)
 	a.nonces.on.Store(true)
 	tr.run(func() {
-		for tr.c.count() < 50 {
-			time.Sleep(100 * time.Microsecond)
-		}
+		testwait.Until(t, testwait.Timeout, "50 deliveries", func() bool { return tr.c.count() >= 50 })
 		a.hangAfter.Store(a.processed.Load())
 	})
 	if tr.b.Provider() != "b" {
@@ -388,7 +373,7 @@ func TestHungWithoutRelease(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer bd.Close(context.Background())
+	defer closeBinding(t, bd)
 	if bd.Provider() != "a" {
 		t.Fatalf("bound to %q", bd.Provider())
 	}
@@ -443,9 +428,7 @@ func TestDeregisterUnderLoad(t *testing.T) {
 	tr := bindTraffic(t, fw, algGCM128, 7, 3, 300)
 	a.delay.Store(int64(10 * time.Microsecond))
 	tr.run(func() {
-		for tr.c.count() < 100 {
-			time.Sleep(100 * time.Microsecond)
-		}
+		testwait.Until(t, testwait.Timeout, "100 deliveries", func() bool { return tr.c.count() >= 100 })
 		if err := fw.Deregister(context.Background(), "a"); err != nil {
 			t.Error(err)
 		}
@@ -485,7 +468,7 @@ func TestManyBindingsRebind(t *testing.T) {
 		go func() { defer wg.Done(); tr.run(nil) }()
 	}
 	mustRegister(t, fw, aesni.New())
-	wg.Wait()
+	testwait.Wait(t, 6*testwait.Timeout, "20 bindings' traffic done", &wg)
 	for _, tr := range trs {
 		if tr.b.Provider() != "aesni" {
 			t.Errorf("binding %d on %q", tr.b.ID(), tr.b.Provider())

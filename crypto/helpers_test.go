@@ -10,6 +10,7 @@ import (
 	"crypto/sha256"
 	"crypto/sha512"
 	"encoding/binary"
+	"errors"
 	"hash"
 	"io"
 	"log/slog"
@@ -21,6 +22,7 @@ import (
 	"golang.org/x/crypto/chacha20poly1305"
 
 	"github.com/keelinit/keel/crypto"
+	"github.com/keelinit/keel/internal/testwait"
 )
 
 var (
@@ -196,14 +198,24 @@ func (c *collector) count() int {
 
 func (c *collector) waitFor(t testing.TB, n int, d time.Duration) {
 	t.Helper()
-	deadline := time.After(d)
+	deadline := time.NewTimer(d)
+	defer deadline.Stop()
 	for c.count() < n {
 		select {
 		case <-c.notify:
 		case <-time.After(time.Millisecond):
-		case <-deadline:
+		case <-deadline.C:
 			t.Fatalf("delivered %d of %d requests within %v", c.count(), n, d)
 		}
+	}
+}
+
+// closeBinding closes b, failing tb if Close is still waiting for
+// deliveries after testwait.Timeout (a lost completion).
+func closeBinding(tb testing.TB, b *crypto.Binding) {
+	tb.Helper()
+	if err := b.Close(testwait.Context(tb)); errors.Is(err, context.DeadlineExceeded) {
+		tb.Errorf("binding %d: %v", b.ID(), err)
 	}
 }
 
@@ -211,7 +223,7 @@ func (c *collector) waitFor(t testing.TB, n int, d time.Duration) {
 // were accepted.
 func submitAll(t testing.TB, b *crypto.Binding, reqs []*crypto.Request) {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
+	deadline := time.Now().Add(testwait.Timeout)
 	for len(reqs) > 0 {
 		n := b.Submit(reqs)
 		reqs = reqs[n:]

@@ -8,6 +8,8 @@ import (
 	"hash"
 	"testing"
 	"time"
+
+	"github.com/keelinit/keel/internal/testwait"
 )
 
 // syncProv is a minimal synchronous provider (NULL+HMAC-SHA1 only) used to
@@ -38,7 +40,7 @@ func (s *syncSess) Close(context.Context) error { return nil }
 // delivery and Close all proceed without it.
 func TestNoControlLockOnDataPath(t *testing.T) {
 	f := New(Options{SkipSelfTests: true, CalibrationBudget: time.Millisecond, Logger: discard()})
-	defer f.Close(context.Background())
+	defer func() { f.Close(testwait.Context(t)) }()
 	if err := f.Register(context.Background(), syncProv{"p"}); err != nil {
 		t.Fatal(err)
 	}
@@ -57,7 +59,7 @@ func TestNoControlLockOnDataPath(t *testing.T) {
 			done <- context.DeadlineExceeded
 			return
 		}
-		done <- b.Close(context.Background())
+		done <- b.Close(testwait.Context(t))
 	}()
 	select {
 	case err := <-done:
@@ -73,7 +75,7 @@ func TestNoControlLockOnDataPath(t *testing.T) {
 
 func TestCloseZeroesKeys(t *testing.T) {
 	f := New(Options{SkipSelfTests: true, CalibrationBudget: time.Millisecond, Logger: discard()})
-	defer f.Close(context.Background())
+	defer func() { f.Close(testwait.Context(t)) }()
 	if err := f.Register(context.Background(), syncProv{"p"}); err != nil {
 		t.Fatal(err)
 	}
@@ -86,7 +88,7 @@ func TestCloseZeroesKeys(t *testing.T) {
 	if string(internal) != string(key) || &internal[0] == &key[0] {
 		t.Fatal("binding does not hold a private copy of the key")
 	}
-	if err := b.Close(context.Background()); err != nil {
+	if err := b.Close(testwait.Context(t)); err != nil {
 		t.Fatal(err)
 	}
 	for _, c := range internal {

@@ -2,13 +2,13 @@ package crypto_test
 
 import (
 	"bytes"
-	"context"
 	"errors"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/keelinit/keel/crypto"
+	"github.com/keelinit/keel/internal/testwait"
 )
 
 // lateRig is a binding on provider a, which is about to misbehave, with b
@@ -41,7 +41,7 @@ func newLateRig(t *testing.T, opts crypto.Options, n int) *lateRig {
 		if s := r.bSess.Load(); s != nil {
 			s.release()
 		}
-		r.bd.Close(context.Background())
+		closeBinding(t, r.bd)
 	})
 	if p := r.bd.Provider(); p != "a" {
 		t.Fatalf("bound to %q, want a", p)
@@ -193,13 +193,7 @@ func TestDuplicateCompletionWhileAwaitingOrder(t *testing.T) {
 	submitAll(t, r.bd, r.reqs)
 	r.a.waitHeld(t, 1, 10*time.Second)
 	// The second request completes on a's worker; wait for that.
-	deadline := time.Now().Add(10 * time.Second)
-	for r.a.completions.Load() < 1 {
-		if time.Now().After(deadline) {
-			t.Fatal("second request not completed within 10s")
-		}
-		time.Sleep(time.Millisecond)
-	}
+	testwait.Until(t, testwait.Timeout, "a completed the second request", func() bool { return r.a.completions.Load() >= 1 })
 	stale := r.bd.Status().Stale
 	s := r.aSess.Load()
 	s.done([]*crypto.Request{r.reqs[1]}) // the duplicate

@@ -6,6 +6,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/keelinit/keel/internal/testwait"
 )
 
 // countProv is syncProv with a count of open sessions, to check that a
@@ -36,7 +38,11 @@ func (s *countSess) Close(context.Context) error {
 func newTestFW(t *testing.T) *Framework {
 	t.Helper()
 	f := New(Options{SkipSelfTests: true, CalibrationBudget: time.Millisecond, Logger: discard(), Hysteresis: 1e9})
-	t.Cleanup(func() { f.Close(context.Background()) })
+	t.Cleanup(func() {
+		if err := f.Close(testwait.Context(t)); err != nil {
+			t.Errorf("framework close: %v", err)
+		}
+	})
 	return f
 }
 
@@ -70,13 +76,13 @@ func TestMigrationRacesClose(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			for i := 0; i < n; i += 3 {
-				binds[i].Close(context.Background())
+				binds[i].Close(testwait.Context(t))
 			}
 		}()
 		if err := f.Deregister(context.Background(), "p1"); err != nil {
 			t.Fatal(err)
 		}
-		wg.Wait()
+		testwait.Wait(t, testwait.Timeout, "bindings closed", &wg)
 		openBinds := int64(0)
 		for i, b := range binds {
 			if i%3 == 0 {
@@ -91,7 +97,7 @@ func TestMigrationRacesClose(t *testing.T) {
 			t.Fatalf("n=%d: open sessions p1 %d, p2 %d; want 0, %d", n, o1, o2, openBinds)
 		}
 		for _, b := range binds {
-			b.Close(context.Background())
+			b.Close(testwait.Context(t))
 		}
 		if o2 := open2.Load(); o2 != 0 {
 			t.Fatalf("n=%d: %d sessions open after closing every binding", n, o2)
@@ -136,7 +142,7 @@ func TestPreparedSessionUnused(t *testing.T) {
 		}
 		switch tc {
 		case "closed":
-			b.Close(context.Background())
+			b.Close(testwait.Context(t))
 		case "target gone":
 			e1.state.Store(stUnloading)
 			e2.state.Store(stOK)
@@ -152,7 +158,7 @@ func TestPreparedSessionUnused(t *testing.T) {
 		if b.curp.Load() == pre {
 			t.Fatalf("%s: prepared session installed", tc)
 		}
-		b.Close(context.Background())
+		b.Close(testwait.Context(t))
 		if o1, o2 := open1.Load(), open2.Load(); o1 != 0 || o2 != 0 {
 			t.Fatalf("%s: open sessions %d, %d after close", tc, o1, o2)
 		}
@@ -175,7 +181,7 @@ func TestShardedCounter(t *testing.T) {
 			}
 		}()
 	}
-	wg.Wait()
+	testwait.Wait(t, testwait.Timeout, "counter users done", &wg)
 	if got := c.load(); got != 2000 {
 		t.Fatalf("load = %d, want 2000", got)
 	}

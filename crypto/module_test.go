@@ -38,7 +38,7 @@ func TestProviderModule(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer b.Close(context.Background())
+	defer closeBinding(t, b)
 	if err := l.Unload(ctx, aesni.Name); err != nil {
 		t.Fatal(err)
 	}
@@ -250,7 +250,7 @@ func TestProviderModuleClosesProvider(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			defer b.Close(context.Background())
+			defer closeBinding(t, b)
 			if tc.preDeregister {
 				if err := r.fw.Deregister(ctx, "closer"); err != nil {
 					t.Fatal(err)
