@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/keelinit/keel/internal/testwait"
 	"github.com/keelinit/keel/ipsec/setkey"
 )
 
@@ -213,7 +214,7 @@ func TestCloseZeroes(t *testing.T) {
 	e := NewEngine(testFramework(t), Options{})
 	applyText(t, e, baseConf)
 	all := e.sad.Load().all
-	if err := e.Close(context.Background()); err != nil {
+	if err := e.Close(testwait.Context(t)); err != nil {
 		t.Fatal(err)
 	}
 	for _, s := range all {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/keelinit/keel/crypto"
 	"github.com/keelinit/keel/crypto/aesni"
+	"github.com/keelinit/keel/internal/testwait"
 )
 
 // pairEngines returns A and B with mirrored tunnel SAs (AES-GCM) between
@@ -62,7 +63,7 @@ func TestConcurrentSequence(t *testing.T) {
 			}
 		}(w)
 	}
-	wg.Wait()
+	testwait.Wait(t, testwait.Long, "outbound workers done", &wg)
 	sort.Slice(seqs, func(i, j int) bool { return seqs[i] < seqs[j] })
 	for i, s := range seqs {
 		if s != uint64(i+1) {
@@ -94,7 +95,7 @@ func TestConcurrentSequence(t *testing.T) {
 			}
 		}(w)
 	}
-	wg.Wait()
+	testwait.Wait(t, testwait.Long, "inbound workers done", &wg)
 	if accepted != len(wire) {
 		t.Fatalf("accepted %d of %d unique packets", accepted, len(wire))
 	}
@@ -105,14 +106,14 @@ func TestConcurrentSequence(t *testing.T) {
 // the status shows the new provider and the rebind.
 func TestLiveRebind(t *testing.T) {
 	fw := crypto.New(crypto.Options{CalibrationBudget: 5 * time.Millisecond})
-	defer fw.Close(context.Background())
+	defer func() { fw.Close(testwait.Context(t)) }()
 	if err := fw.Register(context.Background(), namedProvider{name: "first", Provider: aesni.New()}); err != nil {
 		t.Fatal(err)
 	}
 	ca, cb := topology{tunnel: true, xform: transforms[0]}.withAddrs().configs()
 	ea, eb := NewEngine(fw, Options{}), NewEngine(fw, Options{})
-	defer ea.Close(context.Background())
-	defer eb.Close(context.Background())
+	defer func() { ea.Close(testwait.Context(t)) }()
+	defer func() { eb.Close(testwait.Context(t)) }()
 	applyText(t, ea, ca)
 	applyText(t, eb, cb)
 	if p := ea.SAs()[0].Provider; p != "first" {
@@ -161,7 +162,7 @@ func TestLiveRebind(t *testing.T) {
 	}
 	time.Sleep(20 * time.Millisecond)
 	close(stop)
-	n := <-done
+	n, _ := testwait.Recv(t, testwait.Timeout, "traffic goroutine stopped", done)
 	for _, st := range append(ea.SAs(), eb.SAs()...) {
 		if st.Provider != "aesni" || st.Rebinds < 1 {
 			t.Errorf("SA 0x%x: provider %q rebinds %d", st.SPI, st.Provider, st.Rebinds)
@@ -288,7 +289,7 @@ func TestApplyUnderTraffic(t *testing.T) {
 		}
 	}
 	close(stop)
-	wg.Wait()
+	testwait.Wait(t, testwait.Timeout, "traffic workers stopped", &wg)
 	close(errs)
 	for e := range errs {
 		t.Errorf("packet lost during identical re-apply: %s", e)

@@ -12,6 +12,7 @@ import (
 
 	"github.com/keelinit/keel/crypto"
 	"github.com/keelinit/keel/crypto/aesni"
+	"github.com/keelinit/keel/internal/testwait"
 	"github.com/keelinit/keel/ipsec/setkey"
 	"github.com/keelinit/keel/ipsec/spd"
 )
@@ -40,7 +41,7 @@ func testFramework(tb testing.TB) *crypto.Framework {
 func newTestEngine(tb testing.TB, opts Options) *Engine {
 	tb.Helper()
 	e := NewEngine(testFramework(tb), opts)
-	tb.Cleanup(func() { _ = e.Close(context.Background()) })
+	tb.Cleanup(func() { _ = e.Close(testwait.Context(tb)) })
 	return e
 }
 

@@ -14,6 +14,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/keelinit/keel/internal/testwait"
 )
 
 // gcmKeyHex is the AES-GCM key (with salt) of baseConf's SA 0x1001.
@@ -57,7 +59,7 @@ func TestNonceNeverRestarts(t *testing.T) {
 		}
 	}
 	seq := e.SAs()[0].Seq
-	if err := e.Close(context.Background()); err != nil {
+	if err := e.Close(testwait.Context(t)); err != nil {
 		t.Fatal(err)
 	}
 	e2 := newTestEngine(t, Options{NonceLedger: l})
@@ -117,7 +119,7 @@ func reserveAll(t *testing.T, ss []*sa, g, n int) [][2]uint64 {
 			}()
 		}
 	}
-	wg.Wait()
+	testwait.Wait(t, testwait.Long, "ledger users done", &wg)
 	return got
 }
 
@@ -229,7 +231,7 @@ func TestNonceLedgerRestart(t *testing.T) {
 	}
 	// Clean stop: the engine gives back the rest of its block and Close
 	// records it.
-	if err := e2.Close(context.Background()); err != nil {
+	if err := e2.Close(testwait.Context(t)); err != nil {
 		t.Fatal(err)
 	}
 	if err := l2.Close(); err != nil {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/keelinit/keel/crypto"
 	"github.com/keelinit/keel/crypto/aesni"
+	"github.com/keelinit/keel/internal/testwait"
 )
 
 // keyRecorder wraps a provider and remembers the key slices handed to
@@ -102,12 +103,12 @@ func TestKeysWipedWhenSAGoes(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			rec := &keyRecorder{Provider: aesni.New(), watch: [][]byte{mustHex(secGCMKey), mustHex(secCBCKey), mustHex(secSHAKey)}}
 			fw := crypto.New(crypto.Options{CalibrationBudget: 5 * time.Millisecond})
-			t.Cleanup(func() { _ = fw.Close(context.Background()) })
+			t.Cleanup(func() { _ = fw.Close(testwait.Context(t)) })
 			if err := fw.Register(context.Background(), rec); err != nil {
 				t.Fatal(err)
 			}
 			e := NewEngine(fw, Options{})
-			t.Cleanup(func() { _ = e.Close(context.Background()) })
+			t.Cleanup(func() { _ = e.Close(testwait.Context(t)) })
 			applyText(t, e, secConf)
 			if _, total := rec.unwiped(); total < 3 {
 				t.Fatalf("recorded %d key slices, want the SAs' 3 keys", total)
@@ -140,7 +141,7 @@ func TestKeysWipedWhenSAGoes(t *testing.T) {
 				return
 			}
 			if tt.then == "" {
-				if err := e.Close(context.Background()); err != nil {
+				if err := e.Close(testwait.Context(t)); err != nil {
 					t.Fatal(err)
 				}
 			} else {
@@ -190,7 +191,7 @@ func TestSequenceUniqueAcrossReapplyUnderLoad(t *testing.T) {
 	for range 20 {
 		applyText(t, e, secConf)
 	}
-	wg.Wait()
+	testwait.Wait(t, testwait.Long, "traffic workers done", &wg)
 	seen := map[uint64]bool{}
 	n := 0
 	for _, s := range seqs {

@@ -10,6 +10,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/keelinit/keel/internal/testwait"
 )
 
 func TestEventsOrder(t *testing.T) {
@@ -78,14 +80,14 @@ func TestReplayShowsUnloadInProgress(t *testing.T) {
 	}
 	done := make(chan error)
 	go func() { done <- l.Unload(context.Background(), "slow") }()
-	<-entered
+	testwait.Recv(t, testwait.Timeout, "unload hook entered", entered)
 	if l.IsLoaded("slow") || l.Stat()[0].State != StateUnloading {
 		t.Fatalf("state during unload: %+v", l.Stat())
 	}
 	s := l.Subscribe(true)
 	defer s.Close()
 	close(release)
-	if err := <-done; err != nil {
+	if err, _ := testwait.Recv(t, testwait.Timeout, "hook call returned", done); err != nil {
 		t.Fatal(err)
 	}
 	want := []string{"slow v1 loaded (snapshot)", "slow v1 unloading (snapshot)", "slow v1 unloaded"}
@@ -161,7 +163,7 @@ func TestReplayAtomic(t *testing.T) {
 		time.Sleep(time.Millisecond)
 	}
 	close(stop)
-	wg.Wait()
+	testwait.Wait(t, testwait.Timeout, "load/unload workers stopped", &wg)
 	final := map[string]bool{}
 	for _, st := range l.Stat() {
 		final[st.Name] = st.State == StateLoaded
@@ -307,7 +309,7 @@ func TestConcurrentLoadUnload(t *testing.T) {
 			}
 		})
 	}
-	wg.Wait()
+	testwait.Wait(t, testwait.Long, "load/unload workers done", &wg)
 	if overlaps.Load() != 0 || badOrder.Load() != 0 {
 		t.Fatalf("%d overlapping hooks, %d out-of-order hooks", overlaps.Load(), badOrder.Load())
 	}
@@ -375,7 +377,7 @@ func TestWaitHonoursContext(t *testing.T) {
 	})
 	done := make(chan error)
 	go func() { done <- l.Load(context.Background(), "slow") }()
-	<-entered
+	testwait.Recv(t, testwait.Timeout, "load hook entered", entered)
 	for _, tc := range []struct {
 		name string
 		op   func(ctx context.Context) error
@@ -396,10 +398,10 @@ func TestWaitHonoursContext(t *testing.T) {
 	waiter := make(chan error)
 	go func() { waiter <- l.Load(context.Background(), "after") }()
 	close(release)
-	if err := <-done; err != nil {
+	if err, _ := testwait.Recv(t, testwait.Timeout, "hook call returned", done); err != nil {
 		t.Fatal(err)
 	}
-	if err := <-waiter; err != nil {
+	if err, _ := testwait.Recv(t, testwait.Timeout, "waiting load returned", waiter); err != nil {
 		t.Fatal(err)
 	}
 	if got := fmt.Sprint(loadedNames(l)); got != "[slow after]" {

@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/keelinit/keel/internal/testwait"
 )
 
 func batchBufs() ([][]byte, []int, []netip.AddrPort) {
@@ -132,7 +134,7 @@ func inNetns(t *testing.T, f func()) {
 		}
 		f()
 	}()
-	if r := <-done; r != nil {
+	if r, _ := testwait.Recv(t, testwait.Long, "function in a new network namespace returned", done); r != nil {
 		t.Fatal(r)
 	}
 }

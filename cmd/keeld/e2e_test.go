@@ -22,6 +22,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/keelinit/keel/internal/testwait"
 	"github.com/keelinit/keel/services"
 	"github.com/keelinit/keel/services/builtin"
 )
@@ -481,7 +482,7 @@ func BenchmarkReady(b *testing.B) {
 		d := startKeeld(b, "")
 		ms = append(ms, float64(d.readyAfter.Microseconds())/1000)
 		_ = d.cmd.Process.Signal(syscall.SIGTERM)
-		<-d.exited
+		testwait.Recv(b, testwait.Timeout, "keeld exited after SIGTERM", d.exited)
 	}
 	slices.Sort(ms)
 	b.ReportMetric(ms[len(ms)/2], "ms-to-READY")

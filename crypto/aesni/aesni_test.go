@@ -9,6 +9,7 @@ import (
 
 	"github.com/keelinit/keel/crypto"
 	"github.com/keelinit/keel/crypto/aesni"
+	"github.com/keelinit/keel/internal/testwait"
 	"github.com/keelinit/keel/modules"
 )
 
@@ -43,7 +44,7 @@ func TestAdmitted(t *testing.T) {
 		t.Fatalf("%d capabilities, want 20 (CBC×3 keys×4 HMACs, NULL×4, GCM×3 keys, ChaCha20-Poly1305)", len(p.Capabilities()))
 	}
 	fw := crypto.New(crypto.Options{CalibrationBudget: 1e6, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	defer fw.Close(context.Background())
+	defer func() { fw.Close(testwait.Context(t)) }()
 	if err := fw.Register(context.Background(), p); err != nil {
 		t.Fatal(err)
 	}

@@ -17,6 +17,7 @@ import (
 
 	"github.com/keelinit/keel/crypto"
 	"github.com/keelinit/keel/crypto/aesni"
+	"github.com/keelinit/keel/internal/testwait"
 	"github.com/keelinit/keel/modules"
 )
 
@@ -64,7 +65,7 @@ func run(t *testing.T, p crypto.Provider, sp crypto.SessionParams, r *crypto.Req
 	if err != nil {
 		t.Fatalf("NewSession(%v): %v", sp.Alg, err)
 	}
-	defer s.Close(context.Background())
+	defer func() { s.Close(testwait.Context(t)) }()
 	if n := s.Submit([]*crypto.Request{r}); n != 1 {
 		t.Fatalf("Submit accepted %d", n)
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/keelinit/keel/crypto/aesni"
 	"github.com/keelinit/keel/crypto/glxsb"
 	"github.com/keelinit/keel/crypto/internal/providertest"
+	"github.com/keelinit/keel/internal/testwait"
 	"github.com/keelinit/keel/modules"
 )
 
@@ -25,12 +26,12 @@ func quietFW(o crypto.Options) *crypto.Framework {
 
 func TestFrameworkAdmitsAndShowsModel(t *testing.T) {
 	fw := quietFW(crypto.Options{})
-	defer fw.Close(context.Background())
+	defer func() { fw.Close(testwait.Context(t)) }()
 	p, err := glxsb.New(glxsb.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer p.Close(context.Background())
+	defer func() { p.Close(testwait.Context(t)) }()
 	if err := fw.Register(context.Background(), p); err != nil {
 		t.Fatalf("register: %v", err)
 	}
@@ -64,7 +65,7 @@ func TestFrameworkAdmitsAndShowsModel(t *testing.T) {
 
 func TestModuleLoadUnload(t *testing.T) {
 	fw := quietFW(crypto.Options{})
-	defer fw.Close(context.Background())
+	defer func() { fw.Close(testwait.Context(t)) }()
 	ctx := crypto.NewContext(context.Background(), fw)
 	l := modules.NewLoader()
 	if err := l.Load(ctx, glxsb.ModuleName); err != nil {
@@ -157,7 +158,7 @@ func TestFrameworkFailover(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			defer p.Close(context.Background())
+			defer func() { p.Close(testwait.Context(t)) }()
 			if err := fw.Register(context.Background(), p); err != nil {
 				t.Fatal(err)
 			}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/keelinit/keel/crypto"
 	"github.com/keelinit/keel/crypto/internal/providertest"
+	"github.com/keelinit/keel/internal/testwait"
 )
 
 func algFor(a crypto.Auth) crypto.Algorithm {
@@ -60,7 +61,7 @@ func TestRFC3602Vectors(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			defer s.Close(context.Background())
+			defer func() { s.Close(testwait.Context(t)) }()
 			aad := []byte{1, 2, 3, 4, 0, 0, 0, 1}
 			r := &crypto.Request{Dir: crypto.Encrypt, Data: unhex(v.Plaintext), ICV: make([]byte, 12), AAD: aad, IV: unhex(v.IV)}
 			providertest.SubmitAll(t, s, []*crypto.Request{r})
@@ -97,7 +98,7 @@ func TestRoundTripAgainstStdlib(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				defer s.Close(context.Background())
+				defer func() { s.Close(testwait.Context(t)) }()
 				pt, iv, aad, tr := providertest.RandBytes(size), providertest.RandBytes(16), providertest.RandBytes(8), providertest.RandBytes(4)
 				wantCT, wantICV := providertest.Reference(alg, ckey, akey, aad, iv, pt, tr)
 				r := &crypto.Request{Dir: crypto.Encrypt, Data: append([]byte(nil), pt...), ICV: make([]byte, alg.ICVLen()), AAD: aad, IV: iv, AuthTrailer: tr}
@@ -167,7 +168,7 @@ func TestInvalidRequests(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer s.Close(context.Background())
+	defer func() { s.Close(testwait.Context(t)) }()
 	tests := []struct {
 		name       string
 		data, icv  int
@@ -242,7 +243,7 @@ func TestBackpressure(t *testing.T) {
 		t.Fatal("refusal not counted")
 	}
 	providertest.SubmitAll(t, s, reqs[4:])
-	if err := s.Close(context.Background()); err != nil {
+	if err := s.Close(testwait.Context(t)); err != nil {
 		t.Fatal(err)
 	}
 	if c.Count() != 10 || c.Dups() != 0 {
@@ -266,7 +267,7 @@ func TestBlockingMode(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer s.Close(context.Background())
+	defer func() { s.Close(testwait.Context(t)) }()
 	reqs := make([]*crypto.Request, 3)
 	for i := range reqs {
 		reqs[i] = &crypto.Request{Data: make([]byte, 64), ICV: make([]byte, 12), IV: make([]byte, 16)}
@@ -373,7 +374,7 @@ func TestCloseHandsBackFromHungDevice(t *testing.T) {
 	}
 	r := &crypto.Request{Data: make([]byte, 16), ICV: make([]byte, 12), IV: make([]byte, 16)}
 	providertest.SubmitAll(t, s2, []*crypto.Request{r})
-	s2.Close(context.Background())
+	s2.Close(testwait.Context(t))
 	if r.Status != crypto.StatusOK || c.Count() != 5 {
 		t.Fatalf("status %v, first session completions %d", r.Status, c.Count())
 	}
@@ -441,7 +442,7 @@ func TestZeroAllocsSteadyState(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer s.Close(context.Background())
+	defer func() { s.Close(testwait.Context(t)) }()
 	reqs := []*crypto.Request{{Data: make([]byte, 1424), ICV: make([]byte, 12), IV: make([]byte, 16)}}
 	if a := providertest.AllocsPerRoundTrip(s, reqs, ch, 500); a > 0.05 {
 		t.Fatalf("%.2f allocations per request", a)

@@ -3,12 +3,12 @@
 package virtio_test
 
 import (
-	"context"
 	"testing"
 
 	"github.com/keelinit/keel/crypto"
 	"github.com/keelinit/keel/crypto/internal/providertest"
 	"github.com/keelinit/keel/crypto/virtio"
+	"github.com/keelinit/keel/internal/testwait"
 )
 
 // TestZeroAllocsSteadyState: a request through the rings (Submit, device,
@@ -24,7 +24,7 @@ func TestZeroAllocsSteadyState(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer s.Close(context.Background())
+	defer func() { s.Close(testwait.Context(t)) }()
 	reqs := []*crypto.Request{{Data: make([]byte, 1420), ICV: make([]byte, 16), IV: make([]byte, 8), AAD: make([]byte, 8)}}
 	if a := providertest.AllocsPerRoundTrip(s, reqs, ch, 300); a > 0.05 {
 		t.Fatalf("%.2f allocations per request", a)

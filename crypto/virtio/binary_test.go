@@ -11,6 +11,7 @@ import (
 	"github.com/keelinit/keel/crypto"
 	"github.com/keelinit/keel/crypto/internal/providertest"
 	"github.com/keelinit/keel/crypto/virtio"
+	"github.com/keelinit/keel/internal/testwait"
 )
 
 // TestDeviceBinary builds cmd/keel-virtio-device and runs the provider
@@ -34,7 +35,7 @@ func TestDeviceBinary(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer p.Close(context.Background())
+	defer func() { p.Close(testwait.Context(t)) }()
 	c := providertest.NewCollector()
 	s, err := p.NewSession(crypto.SessionParams{Alg: testAlgs[6], CipherKey: providertest.RandBytes(36)}, c.Done)
 	if err != nil {
@@ -46,5 +47,5 @@ func TestDeviceBinary(t *testing.T) {
 	if r.Status != crypto.StatusOK || string(r.Data) == "hello" {
 		t.Fatalf("status %v err %v", r.Status, r.Err)
 	}
-	s.Close(context.Background())
+	s.Close(testwait.Context(t))
 }

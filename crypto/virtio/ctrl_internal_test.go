@@ -9,6 +9,7 @@ import (
 
 	"github.com/keelinit/keel/crypto"
 	"github.com/keelinit/keel/crypto/virtio/spec"
+	"github.com/keelinit/keel/internal/testwait"
 )
 
 // rawCreate sends one CREATE_SESSION and returns the device's id and
@@ -87,7 +88,7 @@ func TestControlQueueStatusCodes(t *testing.T) {
 		if st := uint8(binary.LittleEndian.Uint32(op.res[8:])); op.err != nil || st != spec.StatusBadMsg {
 			t.Errorf("truncated request: %v %s", op.err, spec.StatusString(st))
 		}
-		p.Close(context.Background())
+		p.Close(testwait.Context(t))
 	}
 }
 
@@ -98,7 +99,7 @@ func TestDataInvalidSession(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer p.Close(context.Background())
+	defer func() { p.Close(testwait.Context(t)) }()
 	done := make(chan *crypto.Request, 1)
 	cs, err := p.NewSession(crypto.SessionParams{Alg: crypto.Algorithm{Cipher: crypto.CipherAESGCM, KeyBits: 128}, CipherKey: make([]byte, 20)},
 		func(rs []*crypto.Request) {
@@ -117,7 +118,7 @@ func TestDataInvalidSession(t *testing.T) {
 	if s.Submit([]*crypto.Request{r}) != 1 {
 		t.Fatal("not accepted")
 	}
-	<-done
+	testwait.Recv(t, testwait.Timeout, "completion of the request on the destroyed session", done)
 	if r.Status != crypto.StatusError || string(r.Data) != "payload" {
 		t.Fatalf("status %v err %v data %q", r.Status, r.Err, r.Data)
 	}

@@ -16,6 +16,7 @@ import (
 	"github.com/keelinit/keel/crypto/internal/providertest"
 	"github.com/keelinit/keel/crypto/virtio"
 	"github.com/keelinit/keel/crypto/virtio/spec"
+	"github.com/keelinit/keel/internal/testwait"
 	"github.com/keelinit/keel/modules"
 )
 
@@ -88,7 +89,7 @@ func TestHotPlugRebind(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { g.Close(context.Background()) })
+	t.Cleanup(func() { g.Close(testwait.Context(t)) })
 	if err := fw.Register(context.Background(), g); err != nil {
 		t.Fatal(err)
 	}

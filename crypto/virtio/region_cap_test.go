@@ -9,6 +9,7 @@ import (
 
 	"github.com/keelinit/keel/crypto/virtio"
 	"github.com/keelinit/keel/crypto/virtio/spec"
+	"github.com/keelinit/keel/internal/testwait"
 )
 
 // TestStartRefusesOversizedRegion: options whose shared region exceeds
@@ -16,7 +17,7 @@ import (
 func TestStartRefusesOversizedRegion(t *testing.T) {
 	p, err := virtio.Start(context.Background(), virtio.Options{DataQueues: 16, QueueSize: 32768, MaxData: 1 << 20})
 	if err == nil {
-		p.Close(context.Background())
+		p.Close(testwait.Context(t))
 		t.Fatal("Start accepted a 512 GiB region")
 	}
 	if !errors.Is(err, spec.ErrRegionTooLarge) {

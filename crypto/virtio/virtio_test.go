@@ -17,6 +17,7 @@ import (
 	"github.com/keelinit/keel/crypto/internal/providertest"
 	"github.com/keelinit/keel/crypto/virtio"
 	"github.com/keelinit/keel/crypto/virtio/spec"
+	"github.com/keelinit/keel/internal/testwait"
 )
 
 func start(t testing.TB, o virtio.Options) *virtio.Provider {
@@ -50,7 +51,7 @@ func TestRoundTripAgainstStdlib(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				defer s.Close(context.Background())
+				defer func() { s.Close(testwait.Context(t)) }()
 				pt, iv, aad, tr := providertest.RandBytes(size), providertest.RandBytes(alg.IVLen()), providertest.RandBytes(8), []byte(nil)
 				if !alg.IsAEAD() {
 					tr = providertest.RandBytes(4)
@@ -121,7 +122,7 @@ func TestInfoAndErrors(t *testing.T) {
 	if c.Order()[0] != good || c.Order()[1] != odd || c.Order()[2] != shortIV {
 		t.Fatal("out of order")
 	}
-	if err := s.Close(context.Background()); err != nil {
+	if err := s.Close(testwait.Context(t)); err != nil {
 		t.Fatal(err)
 	}
 	if s.Submit([]*crypto.Request{good}) != 0 {
@@ -138,7 +139,7 @@ func TestBatchingOneKickPerSubmit(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer s.Close(context.Background())
+	defer func() { s.Close(testwait.Context(t)) }()
 	before := p.Stats()
 	reqs := make([]*crypto.Request, 32)
 	for i := range reqs {
@@ -217,14 +218,14 @@ func TestConcurrentSessionsAsyncAndDepth1(t *testing.T) {
 							errs <- err
 							return
 						}
-						if err := s.Close(context.Background()); err != nil {
+						if err := s.Close(testwait.Context(t)); err != nil {
 							errs <- err
 							return
 						}
 					}
 				}()
 			}
-			wg.Wait()
+			testwait.Wait(t, testwait.Long, "session open/close workers done", &wg)
 			close(errs)
 			for err := range errs {
 				t.Fatal(err)

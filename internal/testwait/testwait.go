@@ -20,6 +20,10 @@ import (
 // global test timeout.
 const Timeout = 10 * time.Second
 
+// Long is the deadline of waits for a whole workload (concurrent
+// workers pushing traffic, providers churning) rather than one event.
+const Long = 60 * time.Second
+
 // Until polls cond, with a short back-off, until it reports true, and
 // fails t if it has not within d. what describes the condition ("binding
 // moved to b"); the failure adds the deadline.

@@ -14,6 +14,7 @@ import (
 	"github.com/keelinit/keel/crypto"
 	"github.com/keelinit/keel/crypto/aesni"
 	"github.com/keelinit/keel/crypto/cryptosoft"
+	"github.com/keelinit/keel/internal/testwait"
 	"github.com/keelinit/keel/ipsec"
 	"github.com/keelinit/keel/ipsec/setkey"
 	"github.com/keelinit/keel/netio"
@@ -57,7 +58,7 @@ func newEngineTB(t testing.TB, conf string) *ipsec.Engine {
 		prov = aesni.New()
 	}
 	eng := ipsec.NewEngineWithProvider(prov, ipsec.Options{})
-	t.Cleanup(func() { eng.Close(context.Background()) })
+	t.Cleanup(func() { eng.Close(testwait.Context(t)) })
 	cfg, err := setkey.Parse("test.conf", strings.NewReader(conf))
 	if err != nil {
 		t.Fatal(err)

@@ -14,6 +14,7 @@ import (
 	"github.com/gopacket/gopacket/layers"
 	"github.com/gopacket/gopacket/pcapgo"
 
+	"github.com/keelinit/keel/internal/testwait"
 	"github.com/keelinit/keel/ipsec"
 	"github.com/keelinit/keel/ipsec/setkey"
 )
@@ -99,7 +100,7 @@ func fuzzSeeds(tb testing.TB) []struct {
 	}
 	for i := 0; i < numFuzzEngines; i += 2 {
 		e := fuzzEngine(tb, i)
-		defer e.Close(context.Background())
+		defer func() { e.Close(testwait.Context(tb)) }()
 		for _, p := range plain {
 			out = append(out, struct {
 				eng  uint8
@@ -142,7 +143,7 @@ func FuzzProcess(f *testing.F) {
 	f.Fuzz(func(t *testing.T, eng uint8, data []byte) {
 		i := int(eng) % numFuzzEngines
 		e := fuzzEngine(t, i)
-		defer e.Close(context.Background())
+		defer func() { e.Close(testwait.Context(t)) }()
 		d := Encrypt
 		if i%2 == 1 {
 			d = Decrypt

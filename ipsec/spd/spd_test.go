@@ -6,6 +6,8 @@ import (
 	"net/netip"
 	"sync"
 	"testing"
+
+	"github.com/keelinit/keel/internal/testwait"
 )
 
 func pfx(s string) netip.Prefix { return netip.MustParsePrefix(s) }
@@ -354,7 +356,7 @@ func TestConcurrentLookupReplace(t *testing.T) {
 		}
 	}
 	close(stop)
-	wg.Wait()
+	testwait.Wait(t, testwait.Timeout, "readers stopped", &wg)
 	select {
 	case e := <-errc:
 		t.Fatal(e)
@@ -451,7 +453,7 @@ func TestConcurrentLookupAddDelete(t *testing.T) {
 		}
 	}
 	close(stop)
-	wg.Wait()
+	testwait.Wait(t, testwait.Timeout, "readers stopped", &wg)
 	select {
 	case f := <-bad:
 		t.Fatalf("lookup of %+v matched neither snapshot", f)

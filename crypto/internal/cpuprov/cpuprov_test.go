@@ -2,7 +2,6 @@ package cpuprov_test
 
 import (
 	"bytes"
-	"context"
 	"crypto/aes"
 	"crypto/cipher"
 	"errors"
@@ -14,6 +13,7 @@ import (
 
 	"github.com/keelinit/keel/crypto"
 	"github.com/keelinit/keel/crypto/internal/cpuprov"
+	"github.com/keelinit/keel/internal/testwait"
 )
 
 func newGCM(key []byte) (cipher.AEAD, error) {
@@ -102,7 +102,7 @@ func TestRoundTripLayouts(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				defer s.Close(context.Background())
+				defer func() { s.Close(testwait.Context(t)) }()
 				for _, size := range []int{0, 16, 48, 1408, 4096} {
 					iv := make([]byte, alg.IVLen())
 					for i := range iv {
@@ -175,10 +175,10 @@ func TestCloseStopsSubmit(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Close(context.Background()); err != nil {
+	if err := s.Close(testwait.Context(t)); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Close(context.Background()); err != nil {
+	if err := s.Close(testwait.Context(t)); err != nil {
 		t.Fatal(err)
 	}
 	r := &crypto.Request{Data: make([]byte, 16), ICV: make([]byte, 16), IV: make([]byte, 8)}
@@ -207,8 +207,8 @@ func TestConcurrentSubmit(t *testing.T) {
 			}
 		}()
 	}
-	wg.Wait()
-	s.Close(context.Background())
+	testwait.Wait(t, testwait.Timeout, "submitters done", &wg)
+	s.Close(testwait.Context(t))
 	if len(col.got) != 800 {
 		t.Fatalf("completed %d", len(col.got))
 	}
@@ -242,7 +242,7 @@ func TestZeroAllocs(t *testing.T) {
 		}); a != 0 {
 			t.Errorf("%v: %.1f allocations per encrypt+decrypt", alg, a)
 		}
-		s.Close(context.Background())
+		s.Close(testwait.Context(t))
 	}
 }
 
@@ -261,7 +261,7 @@ func FuzzDecrypt(f *testing.F) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		defer s.Close(context.Background())
+		defer func() { s.Close(testwait.Context(t)) }()
 		icv := make([]byte, int(icvLen)%40)
 		copy(icv, data)
 		r := &crypto.Request{Dir: crypto.Decrypt, Data: slices.Clone(data), ICV: icv, IV: make([]byte, int(ivLen)%20), AAD: aad}

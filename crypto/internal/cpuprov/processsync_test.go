@@ -2,13 +2,13 @@ package cpuprov_test
 
 import (
 	"bytes"
-	"context"
 	"errors"
 	"slices"
 	"testing"
 
 	"github.com/keelinit/keel/crypto"
 	"github.com/keelinit/keel/crypto/internal/cpuprov"
+	"github.com/keelinit/keel/internal/testwait"
 )
 
 // TestProcessSync: for every claimed algorithm, ProcessSync gives the
@@ -91,7 +91,7 @@ func TestProcessSync(t *testing.T) {
 			}); a != 0 {
 				t.Errorf("%.1f allocations per ProcessSync encrypt+decrypt", a)
 			}
-			s.Close(context.Background())
+			s.Close(testwait.Context(t))
 			r := &crypto.Request{Dir: crypto.Encrypt, Data: make([]byte, 16), ICV: make([]byte, alg.ICVLen()), IV: make([]byte, alg.IVLen())}
 			if n := ss.ProcessSync([]*crypto.Request{r}); n != 0 || r.Status != crypto.StatusPending {
 				t.Fatalf("ProcessSync after Close: %d, %v", n, r.Status)

@@ -1,12 +1,12 @@
 package cpuprov
 
 import (
-	"context"
 	"crypto/aes"
 	"crypto/cipher"
 	"testing"
 
 	"github.com/keelinit/keel/crypto"
+	"github.com/keelinit/keel/internal/testwait"
 )
 
 // wipeBlock is an AES block that records whether Wipe was called, standing
@@ -58,7 +58,7 @@ func TestCloseWipesPrimitives(t *testing.T) {
 			if *tc.wiped {
 				t.Fatal("wiped before Close")
 			}
-			if err := s.Close(context.Background()); err != nil {
+			if err := s.Close(testwait.Context(t)); err != nil {
 				t.Fatal(err)
 			}
 			if !*tc.wiped {

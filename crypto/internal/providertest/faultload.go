@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/keelinit/keel/crypto"
+	"github.com/keelinit/keel/internal/testwait"
 )
 
 // FaultLoad is concurrent traffic on raw sessions of one provider, for
@@ -16,6 +17,7 @@ import (
 // goroutine, then closes. After the fault, Check verifies exactly-once,
 // in-order completion and that failed requests kept their buffers.
 type FaultLoad struct {
+	t    testing.TB
 	cols []*Collector
 	recs [][]faultRec
 	wg   sync.WaitGroup
@@ -34,7 +36,7 @@ type faultRec struct {
 // quarter of its requests: the moment to inject a fault.
 func StartFaultLoad(t testing.TB, p crypto.Provider, sessions, per int, alg func(i int) crypto.Algorithm) *FaultLoad {
 	t.Helper()
-	l := &FaultLoad{cols: make([]*Collector, sessions), recs: make([][]faultRec, sessions)}
+	l := &FaultLoad{t: t, cols: make([]*Collector, sessions), recs: make([][]faultRec, sessions)}
 	var started sync.WaitGroup
 	started.Add(sessions)
 	for i := range sessions {
@@ -51,11 +53,19 @@ func StartFaultLoad(t testing.TB, p crypto.Provider, sessions, per int, alg func
 		l.wg.Add(1)
 		go func() {
 			defer l.wg.Done()
+			start := sync.OnceFunc(started.Done)
+			defer start()
+			deadline := time.Now().Add(WaitLimit)
+		submit:
 			for j, rc := range l.recs[i] {
 				if j == per/4 {
-					started.Done()
+					start()
 				}
 				for s.Submit([]*crypto.Request{rc.req}) == 0 {
+					if time.Now().After(deadline) {
+						t.Errorf("session %d: backpressure did not clear within %v", i, WaitLimit)
+						break submit
+					}
 					time.Sleep(50 * time.Microsecond)
 				}
 			}
@@ -64,13 +74,16 @@ func StartFaultLoad(t testing.TB, p crypto.Provider, sessions, per int, alg func
 			s.Close(ctx)
 		}()
 	}
-	started.Wait()
+	testwait.Wait(t, WaitLimit, "every fault-load session submitted a quarter", &started)
 	return l
 }
 
 // Wait waits until every session has submitted all its requests and
-// been closed.
-func (l *FaultLoad) Wait() { l.wg.Wait() }
+// been closed, failing the test after WaitLimit.
+func (l *FaultLoad) Wait() {
+	l.t.Helper()
+	testwait.Wait(l.t, 2*WaitLimit, "fault-load sessions submitted and closed", &l.wg)
+}
 
 // Check, after Wait, fails t unless every request completed exactly once
 // and in submission order per session, with StatusOK or StatusError, and

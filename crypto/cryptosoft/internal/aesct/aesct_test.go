@@ -11,6 +11,8 @@ import (
 	"math/rand/v2"
 	"os"
 	"testing"
+
+	"github.com/keelinit/keel/internal/testwait"
 )
 
 type katFile struct {
@@ -468,7 +470,7 @@ func TestConcurrent(t *testing.T) {
 		}()
 	}
 	for w := 0; w < 4; w++ {
-		if err := <-done; err != nil {
+		if err, _ := testwait.Recv(t, testwait.Long, "worker done", done); err != nil {
 			t.Fatal(err)
 		}
 	}
