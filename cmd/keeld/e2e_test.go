@@ -155,13 +155,18 @@ func (d *keeldProc) logText() string {
 // keelctl runs keelctl against d and returns stdout and the exit code.
 func (d *keeldProc) keelctl(cred *syscall.Credential, args ...string) (string, string, int) {
 	d.t.Helper()
-	cmd := exec.Command(filepath.Join(binDir, "keelctl"), append([]string{"--socket", d.socket}, args...)...)
+	ctx := testwait.Context(d.t)
+	cmd := exec.CommandContext(ctx, filepath.Join(binDir, "keelctl"), append([]string{"--socket", d.socket}, args...)...)
+	cmd.WaitDelay = time.Second
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	if cred != nil {
 		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
 	}
 	err := cmd.Run()
+	if ctx.Err() != nil {
+		d.t.Fatalf("keelctl %v: no exit within %v: %v", args, testwait.Timeout, err)
+	}
 	code := 0
 	var ee *exec.ExitError
 	if errors.As(err, &ee) {
@@ -523,7 +528,15 @@ func TestSocketActivation(t *testing.T) {
 	}
 	defer func() {
 		_ = cmd.Process.Signal(syscall.SIGTERM)
-		_ = cmd.Wait()
+		exited := make(chan struct{})
+		go func() { _ = cmd.Wait(); close(exited) }()
+		select {
+		case <-exited:
+		case <-time.After(testwait.Timeout):
+			t.Errorf("keeld did not exit within %v of SIGTERM", testwait.Timeout)
+			_ = cmd.Process.Kill()
+			<-exited // SIGKILL cannot be refused
+		}
 		if t.Failed() {
 			t.Logf("keeld log:\n%s", log.String())
 		}

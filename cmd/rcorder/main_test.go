@@ -11,6 +11,9 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/keelinit/keel/internal/testwait"
 )
 
 // buildBinary compiles cmd/rcorder once per test run.
@@ -75,11 +78,16 @@ type runResult struct {
 
 func runBin(t *testing.T, bin, dir string, args ...string) runResult {
 	t.Helper()
-	cmd := exec.Command(bin, args...)
+	ctx := testwait.Context(t)
+	cmd := exec.CommandContext(ctx, bin, args...)
+	cmd.WaitDelay = time.Second
 	cmd.Dir = dir
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	err := cmd.Run()
+	if ctx.Err() != nil {
+		t.Fatalf("%s %v: no exit within %v", bin, args, testwait.Timeout)
+	}
 	code := 0
 	if ee, ok := err.(*exec.ExitError); ok {
 		code = ee.ExitCode()

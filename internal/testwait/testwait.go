@@ -88,8 +88,12 @@ func Func(t testing.TB, d time.Duration, what string, f func()) {
 // context is done (a Close that drains): pass it instead of
 // context.Background(), and create it when the call is made, not in a
 // defer statement's arguments.
-func Context(t testing.TB) context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), Timeout)
+func Context(t testing.TB) context.Context { return ContextWithin(t, Timeout) }
+
+// ContextWithin is Context with deadline d: for an outside tool (scapy,
+// tshark) that takes long to start on a loaded machine.
+func ContextWithin(t testing.TB, d time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
 	t.Cleanup(cancel)
 	return ctx
 }

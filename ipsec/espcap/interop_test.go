@@ -17,6 +17,8 @@ import (
 	"github.com/gopacket/gopacket"
 	"github.com/gopacket/gopacket/layers"
 	"github.com/gopacket/gopacket/pcapgo"
+
+	"github.com/keelinit/keel/internal/testwait"
 )
 
 const python = "/usr/bin/python3"
@@ -173,7 +175,7 @@ func haveScapy(t *testing.T) {
 	t.Helper()
 	// scapy's ESP needs python3-cryptography (a Recommends of
 	// python3-scapy, so install it explicitly with --no-install-recommends).
-	if err := exec.Command(python, "-c", "import scapy.layers.ipsec, cryptography.hazmat.primitives.ciphers.aead").Run(); err != nil {
+	if err := exec.CommandContext(testwait.ContextWithin(t, testwait.Long), python, "-c", "import scapy.layers.ipsec, cryptography.hazmat.primitives.ciphers.aead").Run(); err != nil {
 		t.Skipf("scapy with cryptography not available (%s, Debian python3-scapy python3-cryptography): %v", python, err)
 	}
 }
@@ -216,7 +218,7 @@ func TestInteropScapy(t *testing.T) {
 			if res.Forwarded != len(want) || res.Dropped != 0 {
 				t.Fatalf("keel encrypt: %+v", res)
 			}
-			out, err := exec.Command(python, "testdata/interop/esp_interop.py", "decrypt", c.saJSON(), keel, plain).CombinedOutput()
+			out, err := exec.CommandContext(testwait.ContextWithin(t, testwait.Long), python, "testdata/interop/esp_interop.py", "decrypt", c.saJSON(), keel, plain).CombinedOutput()
 			if err != nil {
 				t.Fatalf("scapy could not decrypt Keel's ESP: %v\n%s", err, out)
 			}
@@ -224,7 +226,7 @@ func TestInteropScapy(t *testing.T) {
 
 			// scapy -> Keel.
 			sc := filepath.Join(dir, "scapy.pcap")
-			out, err = exec.Command(python, "testdata/interop/esp_interop.py", "encrypt", c.saJSON(), plain, sc).CombinedOutput()
+			out, err = exec.CommandContext(testwait.ContextWithin(t, testwait.Long), python, "testdata/interop/esp_interop.py", "encrypt", c.saJSON(), plain, sc).CombinedOutput()
 			if err != nil {
 				t.Fatalf("scapy encrypt: %v\n%s", err, out)
 			}
@@ -270,7 +272,7 @@ func TestInteropTshark(t *testing.T) {
 			}
 			uat := fmt.Sprintf(`uat:esp_sa:"IPv4","%s","%s","0x00001001","%s","0x%s","%s","%s"`,
 				gwA, gwB, c.tsharkEnc, c.ckey, c.tsharkAuth, akey)
-			cmd := exec.Command(tshark, "-n", "-r", keel,
+			cmd := exec.CommandContext(testwait.ContextWithin(t, testwait.Long), tshark, "-n", "-r", keel,
 				"-o", "esp.enable_encryption_decode:TRUE",
 				"-o", "esp.enable_authentication_check:TRUE",
 				"-o", uat, "-Y", "esp", "-T", "fields", "-e", "esp.sequence", "-e", "esp.icv_good")
