@@ -251,25 +251,17 @@ func (s *fakeSession) Close(ctx context.Context) error {
 
 // lateComplete completes the requests a keepOnClose session still holds,
 // simulating a hung device's late write-back.
-func (s *fakeSession) lateComplete() int {
-	s.hungMu.Lock()
-	hung := s.hung
-	s.hung = nil
-	s.hungMu.Unlock()
-	for _, r := range hung {
-		r.Status = crypto.StatusOK
-		s.done([]*crypto.Request{r})
-	}
-	return len(hung)
-}
+func (s *fakeSession) lateComplete() int { return s.writeBack(s.take(&s.hung)) }
+
+// lateWriteBack completes again, with StatusOK, every request this session
+// failed with an injected failure: a device that reported an error and
+// then, late, wrote back anyway.
+func (s *fakeSession) lateWriteBack() int { return s.writeBack(s.take(&s.failed)) }
 
 // release processes and completes the requests parked by hold, in the
 // order they were parked, and returns how many there were.
 func (s *fakeSession) release() int {
-	s.hungMu.Lock()
-	parked := s.parked
-	s.parked = nil
-	s.hungMu.Unlock()
+	parked := s.take(&s.parked)
 	for _, r := range parked {
 		s.process(r)
 		s.inq.Add(-1)
@@ -279,19 +271,23 @@ func (s *fakeSession) release() int {
 	return len(parked)
 }
 
-// lateWriteBack completes again, with StatusOK, every request this session
-// failed with an injected failure: a device that reported an error and
-// then, late, wrote back anyway.
-func (s *fakeSession) lateWriteBack() int {
+// take empties one of the session's request lists (hung, parked, failed).
+func (s *fakeSession) take(list *[]*crypto.Request) []*crypto.Request {
 	s.hungMu.Lock()
-	failed := s.failed
-	s.failed = nil
-	s.hungMu.Unlock()
-	for _, r := range failed {
+	defer s.hungMu.Unlock()
+	rs := *list
+	*list = nil
+	return rs
+}
+
+// writeBack completes rs one by one with StatusOK, as a device writing
+// back late would, and returns how many there were.
+func (s *fakeSession) writeBack(rs []*crypto.Request) int {
+	for _, r := range rs {
 		r.Status, r.Err = crypto.StatusOK, nil
 		s.done([]*crypto.Request{r})
 	}
-	return len(failed)
+	return len(rs)
 }
 
 // waitHeld waits until n more requests have been parked by hold.

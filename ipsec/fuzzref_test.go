@@ -110,46 +110,21 @@ func refOpen(sa refSA, esp []byte, seq uint64) ([]byte, error) {
 	if len(esp) < 8 {
 		return nil, fmt.Errorf("%d bytes: shorter than an ESP header", len(esp))
 	}
-	hi := binary.BigEndian.AppendUint32(nil, uint32(seq>>32))
-	switch sa.enc {
-	case "aes-gcm-16", "chacha20-poly1305":
-		key, salt := sa.encKey[:len(sa.encKey)-4], sa.encKey[len(sa.encKey)-4:]
-		var a cipher.AEAD
-		if sa.enc == "aes-gcm-16" {
-			b, _ := aes.NewCipher(key)
-			a, _ = cipher.NewGCM(b)
-		} else {
-			a, _ = chacha20poly1305.New(key)
-		}
+	if a, salt := refAEAD(sa); a != nil {
 		if len(esp) < 8+8+a.Overhead() {
 			return nil, fmt.Errorf("%d bytes: too short for %s", len(esp), sa.enc)
 		}
-		aad := esp[:8:8]
-		if sa.esn {
-			aad = append(append(append([]byte(nil), esp[:4]...), hi...), esp[4:8]...)
-		}
-		return a.Open(nil, append(append([]byte(nil), salt...), esp[8:16]...), esp[16:], aad)
+		return a.Open(nil, append(salt, esp[8:16]...), esp[16:], refAAD(sa, esp, seq))
 	}
-	var h func() hash.Hash
-	var icvLen int
-	switch sa.auth {
-	case "hmac-sha1":
-		h, icvLen = sha1.New, 12
-	case "hmac-sha2-256":
-		h, icvLen = sha256.New, 16
-	default:
+	h, icvLen := refMAC(sa)
+	if h == nil {
 		return nil, fmt.Errorf("reference: no %q", sa.auth)
 	}
 	if len(esp) < 8+icvLen {
 		return nil, fmt.Errorf("%d bytes: too short for %s", len(esp), sa.auth)
 	}
 	n := len(esp) - icvLen
-	m := hmac.New(h, sa.authKey)
-	m.Write(esp[:n])
-	if sa.esn {
-		m.Write(hi)
-	}
-	if !hmac.Equal(m.Sum(nil)[:icvLen], esp[n:]) {
+	if !hmac.Equal(refICV(sa, esp[:n], seq), esp[n:]) {
 		return nil, fmt.Errorf("%s ICV does not verify", sa.auth)
 	}
 	switch sa.enc {
@@ -245,23 +220,11 @@ func refSeal(sa refSA, spi uint32, seq uint64, payload []byte, nh byte) []byte {
 	pt = append(pt, byte(len(pt)-len(payload)), nh)
 	esp := binary.BigEndian.AppendUint32(nil, spi)
 	esp = binary.BigEndian.AppendUint32(esp, uint32(seq))
-	hi := binary.BigEndian.AppendUint32(nil, uint32(seq>>32))
 	iv := binary.BigEndian.AppendUint64(nil, seq^0x5a5a5a5a)
+	if a, salt := refAEAD(sa); a != nil {
+		return a.Seal(append(esp, iv...), append(salt, iv...), pt, refAAD(sa, esp, seq))
+	}
 	switch sa.enc {
-	case "aes-gcm-16", "chacha20-poly1305":
-		key, salt := sa.encKey[:len(sa.encKey)-4], sa.encKey[len(sa.encKey)-4:]
-		var a cipher.AEAD
-		if sa.enc == "aes-gcm-16" {
-			b, _ := aes.NewCipher(key)
-			a, _ = cipher.NewGCM(b)
-		} else {
-			a, _ = chacha20poly1305.New(key)
-		}
-		aad := esp[:8:8]
-		if sa.esn {
-			aad = append(append(append([]byte(nil), esp[:4]...), hi...), esp[4:8]...)
-		}
-		return a.Seal(append(esp, iv...), append(append([]byte(nil), salt...), iv...), pt, aad)
 	case "aes-cbc":
 		iv = append(iv, iv...)
 		b, _ := aes.NewCipher(sa.encKey)
@@ -271,16 +234,57 @@ func refSeal(sa refSA, spi uint32, seq uint64, payload []byte, nh byte) []byte {
 	default: // null
 		esp = append(esp, pt...)
 	}
-	h, icvLen := sha1.New, 12
-	if sa.auth == "hmac-sha2-256" {
-		h, icvLen = sha256.New, 16
+	return append(esp, refICV(sa, esp, seq)...)
+}
+
+// refAEAD returns sa's AEAD and a copy of its salt (RFC 4106, RFC 7634:
+// the key material's last 4 bytes), or nil if sa's cipher is not one.
+func refAEAD(sa refSA) (cipher.AEAD, []byte) {
+	key, salt := sa.encKey[:max(len(sa.encKey)-4, 0)], sa.encKey[max(len(sa.encKey)-4, 0):]
+	var a cipher.AEAD
+	switch sa.enc {
+	case "aes-gcm-16":
+		b, _ := aes.NewCipher(key)
+		a, _ = cipher.NewGCM(b)
+	case "chacha20-poly1305":
+		a, _ = chacha20poly1305.New(key)
+	default:
+		return nil, nil
 	}
+	return a, append([]byte(nil), salt...)
+}
+
+// refAAD is the AEAD's additional data: SPI || seq, or with ESN SPI ||
+// the 64-bit sequence number (RFC 4106 section 5).
+func refAAD(sa refSA, esp []byte, seq uint64) []byte {
+	if !sa.esn {
+		return esp[:8:8]
+	}
+	return binary.BigEndian.AppendUint64(append([]byte(nil), esp[:4]...), seq)
+}
+
+// refMAC returns sa's HMAC hash and ICV length (RFC 2404, RFC 4868), or
+// nil.
+func refMAC(sa refSA) (func() hash.Hash, int) {
+	switch sa.auth {
+	case "hmac-sha1":
+		return sha1.New, 12
+	case "hmac-sha2-256":
+		return sha256.New, 16
+	}
+	return nil, 0
+}
+
+// refICV is the truncated HMAC of the ESP packet without its ICV, with the
+// ESN's high half appended when sa has ESN (RFC 4303 section 2.2.1).
+func refICV(sa refSA, esp []byte, seq uint64) []byte {
+	h, icvLen := refMAC(sa)
 	m := hmac.New(h, sa.authKey)
 	m.Write(esp)
 	if sa.esn {
-		m.Write(hi)
+		m.Write(binary.BigEndian.AppendUint32(nil, uint32(seq>>32)))
 	}
-	return append(esp, m.Sum(nil)[:icvLen]...)
+	return m.Sum(nil)[:icvLen]
 }
 
 // refSeed is a FuzzInbound input sealed by refSeal, independently of the

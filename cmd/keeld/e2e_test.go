@@ -349,7 +349,7 @@ func TestLifecycle(t *testing.T) {
 		t.Error("metrics endpoint not started")
 	} else {
 		u := strings.Fields(d.logText()[i+len("metrics on "):])[0]
-		resp, err := http.Get(u)
+		resp, err := (&http.Client{Timeout: testwait.Timeout}).Get(u)
 		if err != nil {
 			t.Fatal(err)
 		}
