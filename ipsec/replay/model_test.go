@@ -139,11 +139,15 @@ func runWindowOps(t *testing.T, size int, esn bool, ops []byte) {
 var windowSizes = []int{0, 1, 2, 32, 63, 64, 65, 127, 128, 129, 191, 192, 193, 200, 255, 256, 257, 1000, 1024, 4095, MaxSize}
 
 // TestWindowRandomAgainstModel runs seeded random operations against the
-// model for every size, with and without ESN. The seed is in every
-// subtest's name; KEEL_REPLAY_SEED=n reruns with seed n.
+// model for every size, with and without ESN. The seed is fixed, so that
+// a run is reproducible (the fuzzer explores); it is in every subtest's
+// name, and KEEL_REPLAY_SEED=n runs with seed n instead ("random" picks
+// one from the clock).
 func TestWindowRandomAgainstModel(t *testing.T) {
-	seed := uint64(time.Now().UnixNano())
-	if s := os.Getenv("KEEL_REPLAY_SEED"); s != "" {
+	seed := uint64(6479)
+	if s := os.Getenv("KEEL_REPLAY_SEED"); s == "random" {
+		seed = uint64(time.Now().UnixNano())
+	} else if s != "" {
 		var err error
 		if seed, err = strconv.ParseUint(s, 10, 64); err != nil {
 			t.Fatalf("KEEL_REPLAY_SEED: %v", err)
