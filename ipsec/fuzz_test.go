@@ -207,11 +207,15 @@ func outboundSeeds() [][]byte {
 
 // FuzzOutbound: encapsulation of arbitrary "plaintext" (a TUN device
 // delivers whatever local software writes) never panics, and a forwarded
-// result is a well-formed outer IP packet carrying ESP or ESP in UDP.
+// result is a well-formed outer IP packet carrying ESP or ESP in UDP,
+// sealed under the SA's key with a fresh sequence number, that a
+// standard-library reference opens to the input (checkOutboundSealed).
 func FuzzOutbound(f *testing.F) {
 	for _, s := range outboundSeeds() {
 		f.Add(s)
 	}
+	sas := refSAs(f, fuzzConf)
+	last := map[uint32]uint64{}
 	f.Fuzz(func(t *testing.T, in []byte) {
 		e := fuzzEngine(t)
 		p := fuzzPool.Get()
@@ -229,6 +233,7 @@ func FuzzOutbound(f *testing.F) {
 			if len(p.ESP()) < 8 || p.IPPayload() == nil {
 				t.Fatal("ESP views missing")
 			}
+			checkOutboundSealed(t, sas, last, in, p)
 		case VerdictDrop:
 			if p.Drop == DropNone {
 				t.Fatal("dropped without a reason")

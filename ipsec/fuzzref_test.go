@@ -352,3 +352,52 @@ func TestRefSeedsVerdicts(t *testing.T) {
 		p.Release()
 	}
 }
+
+// checkOutboundSealed is FuzzOutbound's property for a forwarded packet:
+// its ESP verifies under the SA's key with the sequence number the engine
+// reports, which is above every one this SA used before (last, per SPI,
+// kept across the fuzz target's calls), and it decrypts to the input
+// (tunnel mode: the whole input packet; transport mode: its payload).
+func checkOutboundSealed(t *testing.T, sas map[uint32]refSA, last map[uint32]uint64, in []byte, p *Packet) {
+	t.Helper()
+	esp := refESP(FrameIP, p.Data())
+	if len(esp) < 8 {
+		t.Fatalf("forwarded %x: no ESP packet inside", p.Data())
+	}
+	spi := binary.BigEndian.Uint32(esp)
+	sa, ok := sas[spi]
+	if !ok || p.SPI != spi {
+		t.Fatalf("sealed under SPI %#x (reported %#x), which is not configured", spi, p.SPI)
+	}
+	if uint32(p.Seq) != binary.BigEndian.Uint32(esp[4:]) || p.Seq <= last[spi] {
+		t.Fatalf("SPI %#x: sequence number %d after %d: reused or not the one on the wire", spi, p.Seq, last[spi])
+	}
+	last[spi] = p.Seq
+	pt, err := refOpen(sa, esp, p.Seq)
+	if err != nil {
+		t.Fatalf("SPI %#x: the reference cannot open what the engine sealed: %v", spi, err)
+	}
+	if len(pt) < 2 || int(pt[len(pt)-2])+2 > len(pt) {
+		t.Fatalf("SPI %#x: sealed a payload without a valid trailer", spi)
+	}
+	payload := pt[:len(pt)-2-int(pt[len(pt)-2])]
+	tot := refTotalLen(in)
+	if tot < 0 || tot > len(in) {
+		t.Fatalf("SPI %#x: forwarded an input that is not an IP packet: %x", spi, in)
+	}
+	in = in[:tot]
+	if !bytes.Equal(payload, in) && !(bytes.HasSuffix(in, payload) && refHeaderLen(in) == len(in)-len(payload)) {
+		t.Fatalf("SPI %#x: sealed %x, the input was %x", spi, payload, in)
+	}
+}
+
+// refTotalLen is the length an IP packet's header gives it, or -1.
+func refTotalLen(b []byte) int {
+	switch {
+	case len(b) >= 20 && b[0]>>4 == 4:
+		return int(binary.BigEndian.Uint16(b[2:]))
+	case len(b) >= 40 && b[0]>>4 == 6:
+		return 40 + int(binary.BigEndian.Uint16(b[4:]))
+	}
+	return -1
+}
