@@ -167,10 +167,10 @@ func checkForwardAuthenticated(t *testing.T, sas map[uint32]refSA, frame Frame, 
 	if err != nil {
 		t.Fatalf("forwarded a packet that is not authentic under SPI %#x: %v", spi, err)
 	}
-	if len(pt) < 2 || int(pt[len(pt)-2])+2 > len(pt) {
+	payload, ok := refPayload(pt)
+	if !ok {
 		t.Fatalf("SPI %#x: forwarded a payload without a valid trailer", spi)
 	}
-	payload := pt[:len(pt)-2-int(pt[len(pt)-2])]
 	out := p.Data()
 	switch {
 	case len(out) > 0 && bytes.HasPrefix(payload, out):
@@ -377,10 +377,10 @@ func checkOutboundSealed(t *testing.T, sas map[uint32]refSA, last map[uint32]uin
 	if err != nil {
 		t.Fatalf("SPI %#x: the reference cannot open what the engine sealed: %v", spi, err)
 	}
-	if len(pt) < 2 || int(pt[len(pt)-2])+2 > len(pt) {
+	payload, ok := refPayload(pt)
+	if !ok {
 		t.Fatalf("SPI %#x: sealed a payload without a valid trailer", spi)
 	}
-	payload := pt[:len(pt)-2-int(pt[len(pt)-2])]
 	tot := refTotalLen(in)
 	if tot < 0 || tot > len(in) {
 		t.Fatalf("SPI %#x: forwarded an input that is not an IP packet: %x", spi, in)
@@ -389,6 +389,15 @@ func checkOutboundSealed(t *testing.T, sas map[uint32]refSA, last map[uint32]uin
 	if !bytes.Equal(payload, in) && !(bytes.HasSuffix(in, payload) && refHeaderLen(in) == len(in)-len(payload)) {
 		t.Fatalf("SPI %#x: sealed %x, the input was %x", spi, payload, in)
 	}
+}
+
+// refPayload strips the ESP trailer (padding, pad length, next header)
+// from a decrypted payload; false if the pad length does not fit.
+func refPayload(pt []byte) ([]byte, bool) {
+	if len(pt) < 2 || int(pt[len(pt)-2])+2 > len(pt) {
+		return nil, false
+	}
+	return pt[:len(pt)-2-int(pt[len(pt)-2])], true
 }
 
 // refTotalLen is the length an IP packet's header gives it, or -1.
