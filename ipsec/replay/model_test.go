@@ -144,30 +144,59 @@ var windowSizes = []int{0, 1, 2, 32, 63, 64, 65, 127, 128, 129, 191, 192, 193, 2
 // name, and KEEL_REPLAY_SEED=n runs with seed n instead ("random" picks
 // one from the clock).
 func TestWindowRandomAgainstModel(t *testing.T) {
-	seed := uint64(6479)
-	if s := os.Getenv("KEEL_REPLAY_SEED"); s == "random" {
-		seed = uint64(time.Now().UnixNano())
-	} else if s != "" {
-		var err error
-		if seed, err = strconv.ParseUint(s, 10, 64); err != nil {
-			t.Fatalf("KEEL_REPLAY_SEED: %v", err)
-		}
-	}
+	seed := replaySeed(t)
 	for _, size := range windowSizes {
 		for _, esn := range []bool{false, true} {
 			t.Run(fmt.Sprintf("size=%d/esn=%v/seed=%d", size, esn, seed), func(t *testing.T) {
-				r := rand.New(rand.NewPCG(seed, uint64(size)<<1|b2u(esn)))
-				ops := make([]byte, 4000*windowOpLen)
-				for i := 0; i < len(ops); i += windowOpLen {
-					// Mostly in-order traffic with late packets, so that
-					// the window is full when the edge is probed.
-					ops[i] = byte(r.IntN(4)) | byte(weighted(r))<<2
-					binary.BigEndian.PutUint32(ops[i+1:], r.Uint32())
-				}
-				runWindowOps(t, size, esn, ops)
+				runWindowOps(t, size, esn, randomOps(seed, size, esn, 4000))
 			})
 		}
 	}
+}
+
+// TestWindowEverySize: a shorter seeded run against the model for every
+// supported size, 0 to MaxSize, with and without ESN: long enough (ops
+// spanning about four windows) to fill the window and probe its edge.
+func TestWindowEverySize(t *testing.T) {
+	seed := replaySeed(t)
+	for size := 0; size <= MaxSize; size++ {
+		for _, esn := range []bool{false, true} {
+			ops := randomOps(seed, size, esn, 200+size/2)
+			if !t.Run(fmt.Sprintf("size=%d/esn=%v/seed=%d", size, esn, seed), func(t *testing.T) { runWindowOps(t, size, esn, ops) }) {
+				return // one size's failure is enough to read
+			}
+		}
+	}
+}
+
+// replaySeed is the seed of the random model tests: fixed, so that a run
+// is reproducible, unless KEEL_REPLAY_SEED gives one (or "random").
+func replaySeed(t *testing.T) uint64 {
+	switch s := os.Getenv("KEEL_REPLAY_SEED"); s {
+	case "":
+		return 6479
+	case "random":
+		return uint64(time.Now().UnixNano())
+	default:
+		seed, err := strconv.ParseUint(s, 10, 64)
+		if err != nil {
+			t.Fatalf("KEEL_REPLAY_SEED: %v", err)
+		}
+		return seed
+	}
+}
+
+// randomOps returns n random operations for runWindowOps, mostly in-order
+// traffic with late packets, so that the window is full when its edge is
+// probed.
+func randomOps(seed uint64, size int, esn bool, n int) []byte {
+	r := rand.New(rand.NewPCG(seed, uint64(size)<<1|b2u(esn)))
+	ops := make([]byte, n*windowOpLen)
+	for i := 0; i < len(ops); i += windowOpLen {
+		ops[i] = byte(r.IntN(4)) | byte(weighted(r))<<2
+		binary.BigEndian.PutUint32(ops[i+1:], r.Uint32())
+	}
+	return ops
 }
 
 func b2u(b bool) uint64 {
@@ -204,10 +233,7 @@ func weighted(r *rand.Rand) int {
 // ring without RFC 6479's redundant block reuses the block of T-W+1 for
 // T and forgets it, so a replay of the window's oldest number passes.
 func TestRedundantBlock(t *testing.T) {
-	for _, size := range windowSizes {
-		if size < 2 {
-			continue
-		}
+	for size := 2; size <= MaxSize; size++ {
 		for _, first := range []uint64{1, 63, 64, 65, 73, 127, 128} {
 			w, _ := New(size, false)
 			last := first + uint64(size) - 1
