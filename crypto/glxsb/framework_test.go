@@ -162,7 +162,8 @@ func TestFrameworkFailover(t *testing.T) {
 			if err := fw.Register(context.Background(), p); err != nil {
 				t.Fatal(err)
 			}
-			tr := &providertest.Traffic{Alg: alg, CipherKey: providertest.RandBytes(16), AuthKey: providertest.RandBytes(20)}
+			// Hold: the fault must meet traffic however late it is injected.
+			tr := &providertest.Traffic{Alg: alg, CipherKey: providertest.RandBytes(16), AuthKey: providertest.RandBytes(20), Hold: true}
 			streams := tr.BindN(t, fw, 4, 300, "glxsb")
 			// aesni arrives after the bindings were made; the hysteresis
 			// keeps them on glxsb. Then traffic starts.

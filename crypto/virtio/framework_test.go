@@ -4,11 +4,14 @@ package virtio_test
 
 import (
 	"context"
+	"errors"
 	"io"
 	"log/slog"
 	"syscall"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/keelinit/keel/crypto"
 	"github.com/keelinit/keel/crypto/aesni"
@@ -106,22 +109,56 @@ func TestHotPlugRebind(t *testing.T) {
 	}
 }
 
+// stall stops the device process and returns once it is stopped (the
+// event, from waitid(2), not a guess at how long signal delivery takes):
+// every request submitted afterwards meets a stalled device.
+func stall(p *virtio.Provider) error {
+	if err := p.Signal(syscall.SIGSTOP); err != nil {
+		return err
+	}
+	stopped := make(chan error, 1)
+	go func() {
+		var info unix.Siginfo
+		// WNOWAIT leaves the state for exec.Cmd.Wait, which reaps only exits.
+		stopped <- unix.Waitid(unix.P_PID, p.Pid(), &info, unix.WSTOPPED|unix.WNOWAIT, nil)
+	}()
+	select {
+	case err := <-stopped:
+		return err
+	case <-time.After(providertest.WaitLimit):
+		return errors.New("device process not stopped by SIGSTOP")
+	}
+}
+
 // TestFailoverOnDeviceDeath: the device is killed, stalled, or fails its
 // operations under traffic; the driver fails the requests (Data
 // untouched), the framework retries them on aesni, and nothing is lost,
-// duplicated or reordered.
+// duplicated or reordered. The streams hold after their first eighth
+// until the fault is in place, so the fault always meets traffic; the
+// "late" cases inject it only after a delay (a test goroutine descheduled
+// on a loaded machine), which without the hold let every stream finish on
+// the healthy device and stay there ("binding on virtio, want aesni").
 func TestFailoverOnDeviceDeath(t *testing.T) {
 	if !aesni.Supported() {
 		t.Skip("aesni not supported on this CPU")
 	}
+	late := func(inject func(p *virtio.Provider) error) func(p *virtio.Provider) error {
+		return func(p *virtio.Provider) error {
+			time.Sleep(300 * time.Millisecond) // simulated scheduling delay, not a wait
+			return inject(p)
+		}
+	}
+	kill := func(p *virtio.Provider) error { return p.Signal(syscall.SIGKILL) }
 	for _, tc := range []struct {
 		name   string
 		inject func(p *virtio.Provider) error
 		dies   bool
 	}{
-		{"kill", func(p *virtio.Provider) error { return p.Signal(syscall.SIGKILL) }, true},
-		{"stall", func(p *virtio.Provider) error { return p.Signal(syscall.SIGSTOP) }, true},
+		{"kill", kill, true},
+		{"stall", stall, true},
 		{"fail-ops", func(p *virtio.Provider) error { return p.InjectFault(spec.FaultFail) }, false},
+		{"kill-late", late(kill), true},
+		{"stall-late", late(stall), true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			fw := quietFW(t, crypto.Options{Hysteresis: 1e6, RequestTimeout: 5 * time.Second})
@@ -138,7 +175,7 @@ func TestFailoverOnDeviceDeath(t *testing.T) {
 			if err := fw.Register(context.Background(), p); err != nil {
 				t.Fatal(err)
 			}
-			tr := &providertest.Traffic{Alg: crypto.Algorithm{Cipher: crypto.CipherAESGCM, KeyBits: 128}, CipherKey: providertest.RandBytes(20)}
+			tr := &providertest.Traffic{Alg: crypto.Algorithm{Cipher: crypto.CipherAESGCM, KeyBits: 128}, CipherKey: providertest.RandBytes(20), Hold: true}
 			streams := tr.BindN(t, fw, 4, 300, "virtio")
 			if err := fw.Register(context.Background(), aesni.New()); err != nil {
 				t.Fatal(err)

@@ -22,6 +22,12 @@ type Traffic struct {
 	Alg       crypto.Algorithm
 	CipherKey []byte
 	AuthKey   []byte
+	// Hold makes every stream of RunAll wait, after its first eighth,
+	// until the event has returned before it submits the rest. A fault
+	// injected by the event then always meets traffic: without Hold, a
+	// test goroutine descheduled on a loaded machine may inject it after
+	// every request completed, and no request ever sees the fault.
+	Hold bool
 
 	mu    sync.Mutex
 	fails []string
@@ -97,16 +103,26 @@ func (tr *Traffic) bind(t testing.TB, fw *crypto.Framework, per int) *Stream {
 }
 
 // run submits s's requests one by one (riding out backpressure), calls
-// started (if not nil) once an eighth of them are submitted, waits for
+// started (if not nil) once an eighth of them are submitted, then, if
+// resume is not nil, waits until it is closed (bounded by WaitLimit)
+// before it submits the rest, waits for
 // every completion, checks the outputs, waits until the binding is on
 // wantProvider, and closes the binding. Each wait is bounded by
 // WaitLimit.
-func (tr *Traffic) run(s *Stream, started func(), wantProvider string) {
+func (tr *Traffic) run(s *Stream, started func(), resume <-chan struct{}, wantProvider string) {
 	b := s.Binding
 	defer b.Close(context.Background())
 	for i, x := range s.recs {
 		if i == len(s.recs)/8 && started != nil {
 			started()
+			if resume != nil {
+				select {
+				case <-resume:
+				case <-time.After(WaitLimit):
+					tr.fail("event did not return")
+					return
+				}
+			}
 		}
 		deadline := time.Now().Add(WaitLimit)
 		for b.Submit([]*crypto.Request{x.req}) == 0 {
@@ -159,17 +175,27 @@ func (tr *Traffic) BindN(t testing.TB, fw *crypto.Framework, n, per int, on stri
 
 // RunAll runs every stream on its own goroutine (see run) and, once each
 // has submitted an eighth of its requests, calls event (the hot-plug or
-// fault under test) on the calling goroutine. It returns the failures
-// once every Run has returned.
+// fault under test) on the calling goroutine; with Hold, the streams
+// submit the rest of their requests only after event returned. It
+// returns the failures once every Run has returned.
 func (tr *Traffic) RunAll(streams []*Stream, wantProvider string, event func()) []string {
 	var wg, started sync.WaitGroup
+	var resume chan struct{}
+	if tr.Hold {
+		resume = make(chan struct{})
+	}
 	started.Add(len(streams))
 	for _, s := range streams {
 		wg.Add(1)
-		go func() { defer wg.Done(); tr.run(s, started.Done, wantProvider) }()
+		go func() { defer wg.Done(); tr.run(s, started.Done, resume, wantProvider) }()
 	}
 	started.Wait()
-	event()
+	func() {
+		if resume != nil {
+			defer close(resume)
+		}
+		event()
+	}()
 	wg.Wait()
 	return tr.Failures()
 }
