@@ -68,8 +68,14 @@ func TestCommand(t *testing.T) {
 		bad := filepath.Join(dir, "bad.conf")
 		os.WriteFile(bad, []byte(strings.Replace(c.config("in"), k.key, strings.Repeat("0", len(k.key)), 1)), 0o600)
 		o, err = run("decrypt", "-f", bad, "-i", enc, "-o", filepath.Join(dir, "x.pcap"))
-		if err != nil || !strings.Contains(o, k.want) || !strings.Contains(o, "forwarded 0") || !strings.Contains(o, "dropped 8") {
+		var de *DropsError
+		if !errors.As(err, &de) || de.Total != 8 || !strings.Contains(err.Error(), "--allow-drops") ||
+			!strings.Contains(o, k.want) || !strings.Contains(o, "forwarded 0") || !strings.Contains(o, "dropped 8") {
 			t.Errorf("wrong key: %v\n%s", err, o)
+		}
+		// --allow-drops accepts the drops: same report, exit 0.
+		if o2, err := run("decrypt", "--allow-drops", "-f", bad, "-i", enc, "-o", filepath.Join(dir, "x.pcap")); err != nil || !strings.Contains(o2, "dropped 8") {
+			t.Errorf("wrong key with --allow-drops: %v\n%s", err, o2)
 		}
 		if strings.Contains(o, keyCBC) || strings.Contains(o, keySHA1) {
 			t.Error("report contains key material")

@@ -11,13 +11,18 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
+	"maps"
 	"os"
+	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
+	"time"
 
+	"github.com/google/renameio/v2"
 	"github.com/gopacket/gopacket"
 	"github.com/gopacket/gopacket/layers"
-	"github.com/gopacket/gopacket/pcapgo"
 
 	"github.com/keelinit/keel/crypto"
 	"github.com/keelinit/keel/crypto/aesni"
@@ -50,6 +55,8 @@ func (d Direction) String() string {
 // Result summarises one Process run.
 type Result struct {
 	Direction Direction
+	// Format is the input's format, which the output keeps.
+	Format Format
 	// Read counts capture records; NonIP those whose link-layer payload
 	// is not IPv4/IPv6 (copied unchanged).
 	Read, NonIP int
@@ -59,6 +66,9 @@ type Result struct {
 	Forwarded, Bypassed, Local, Dropped int
 	// Written counts output records.
 	Written int
+	// Drops counts the packets of this run that were not written, by
+	// reason (ipsec.DropReason names); they add up to Dropped.
+	Drops map[string]int
 	// SAs and Counters are the engine status after the run (no keys).
 	SAs      []ipsec.SAStatus
 	Counters ipsec.Counters
@@ -152,30 +162,67 @@ func ipOnly(b []byte, off int) int {
 type record struct {
 	ci    gopacket.CaptureInfo
 	data  []byte
+	link  linkInfo
 	ipOff int
 	pkt   *ipsec.Packet
 }
 
-// Process reads a pcap stream from r, runs it through e in direction d and
-// writes the result, with the input's link type, to w. Records are kept in
-// order; dropped packets are not written. It returns the summary, with e's
-// status after the run.
+// TruncatedError reports a capture whose records stop being readable
+// (cut short, or damaged) after Records good ones; Process still
+// processed and wrote every record it read.
+type TruncatedError struct {
+	Records int
+	Err     error
+}
+
+// Error renders e.g. "capture truncated after 6 records: unexpected EOF".
+func (e *TruncatedError) Error() string {
+	return fmt.Sprintf("capture truncated after %d records: %v", e.Records, e.Err)
+}
+
+// Unwrap returns the read error.
+func (e *TruncatedError) Unwrap() error { return e.Err }
+
+// Process reads a pcap or pcapng stream from r (told apart by their
+// magic), runs it through e in direction d and writes the result to w in
+// the input's format, with the input's link types (and, for pcapng, its
+// interfaces). Records are kept in order; dropped packets are not
+// written. It returns the summary, with e's status after the run.
+//
+// A record that cannot be read (a truncated or damaged capture) ends the
+// run: every record read before it is processed and written, and the
+// error is a *TruncatedError with the summary. Other errors (header,
+// link type, write) return at once; the output is then incomplete.
 func Process(e *ipsec.Engine, d Direction, r io.Reader, w io.Writer) (*Result, error) {
-	rd, err := pcapgo.NewReader(r)
-	if err != nil {
-		return nil, fmt.Errorf("reading pcap header: %w", err)
-	}
-	lt := rd.LinkType()
-	li, err := linkFor(lt)
+	rd, err := newCaptureReader(r)
 	if err != nil {
 		return nil, err
 	}
-	wr := pcapgo.NewWriterNanos(w)
-	if err := wr.WriteFileHeader(262144, lt); err != nil {
+	links := map[layers.LinkType]linkInfo{}
+	link := func(lt layers.LinkType) (linkInfo, error) {
+		if li, ok := links[lt]; ok {
+			return li, nil
+		}
+		li, err := linkFor(lt)
+		if err != nil {
+			return li, err
+		}
+		links[lt] = li
+		return li, nil
+	}
+	if rd.pcap != nil {
+		if _, err := link(rd.pcap.LinkType()); err != nil {
+			return nil, err
+		}
+	} else if _, err := link(rd.ng.LinkType()); err != nil {
+		return nil, err
+	}
+	wr, err := newCaptureWriter(w, rd)
+	if err != nil {
 		return nil, err
 	}
 	pool := ipsec.NewPool(65535)
-	res := &Result{Direction: d}
+	res := &Result{Direction: d, Format: rd.format, Drops: map[string]int{}}
 	var recs []*record
 	var pkts []*ipsec.Packet
 	flush := func() error {
@@ -194,7 +241,7 @@ func Process(e *ipsec.Engine, d Direction, r io.Reader, w io.Writer) (*Result, e
 					res.Forwarded++
 					hdr := append([]byte(nil), rc.data[:rc.ipOff]...)
 					if len(hdr) > 0 {
-						li.setFamily(hdr, p.Data()[0]>>4 == 6)
+						rc.link.setFamily(hdr, p.Data()[0]>>4 == 6)
 					}
 					out = append(hdr, p.Data()...)
 				case ipsec.VerdictBypass:
@@ -203,6 +250,7 @@ func Process(e *ipsec.Engine, d Direction, r io.Reader, w io.Writer) (*Result, e
 					res.Local++
 				default:
 					res.Dropped++
+					res.Drops[p.Drop.String()]++
 					out = nil
 				}
 				p.Release()
@@ -210,7 +258,7 @@ func Process(e *ipsec.Engine, d Direction, r io.Reader, w io.Writer) (*Result, e
 			if out != nil {
 				ci := rc.ci
 				ci.CaptureLength, ci.Length = len(out), len(out)
-				if err := wr.WritePacket(ci, out); err != nil {
+				if err := wr.write(ci, out); err != nil {
 					return err
 				}
 				res.Written++
@@ -219,16 +267,22 @@ func Process(e *ipsec.Engine, d Direction, r io.Reader, w io.Writer) (*Result, e
 		recs, pkts = recs[:0], pkts[:0]
 		return nil
 	}
+	var readErr error
 	for {
-		data, ci, err := rd.ReadPacketData()
+		data, ci, lt, err := rd.read()
 		if err == io.EOF {
 			break
 		}
 		if err != nil {
-			return res, fmt.Errorf("reading record %d: %w", res.Read+1, err)
+			readErr = &TruncatedError{Records: res.Read, Err: err}
+			break
+		}
+		li, err := link(lt)
+		if err != nil {
+			return res, fmt.Errorf("record %d: %w", res.Read+1, err)
 		}
 		res.Read++
-		rc := &record{ci: ci, data: data, ipOff: li.ipOffset(data)}
+		rc := &record{ci: ci, data: data, link: li, ipOff: li.ipOffset(data)}
 		if rc.ipOff < 0 {
 			res.NonIP++
 		} else {
@@ -236,6 +290,7 @@ func Process(e *ipsec.Engine, d Direction, r io.Reader, w io.Writer) (*Result, e
 			if !p.SetData(data[rc.ipOff:]) {
 				p.Release()
 				res.Dropped++
+				res.Drops[ipsec.DropNoRoom.String()]++
 				continue
 			}
 			p.Frame = ipsec.FrameIP
@@ -252,23 +307,82 @@ func Process(e *ipsec.Engine, d Direction, r io.Reader, w io.Writer) (*Result, e
 	if err := flush(); err != nil {
 		return res, err
 	}
+	if err := wr.flush(); err != nil {
+		return res, err
+	}
 	res.SAs = e.SAs()
 	res.Counters = e.Counters()
-	return res, nil
+	return res, readErr
 }
 
 // Options configure Run.
 type Options struct {
 	Direction Direction
-	// Config is the setkey file; In and Out the pcap files.
+	// Config is the setkey file; In and Out the capture files (pcap or
+	// pcapng in; the output keeps the input's format).
 	Config, In, Out string
 	// Framework binds the SAs; nil creates one with the aesni provider
-	// (the Go standard library's AES-NI/ARMv8 code) registered.
+	// (the Go standard library's AES-NI/ARMv8 code) registered, logging
+	// to Logger.
 	Framework *crypto.Framework
+	// Logger receives the framework's log when Run creates it; nil
+	// discards it (keelctl esp -v logs to stderr).
+	Logger *slog.Logger
+	// AllowDrops accepts packets dropped as errors (bad ICV, replay,
+	// policy...): without it Run returns a *DropsError after writing Out.
+	AllowDrops bool
+	// Progress, if not nil, receives a progress bar (redrawn in place with
+	// carriage returns, cleared at the end) while In is read, starting
+	// once the run has taken ProgressDelay.
+	Progress      io.Writer
+	ProgressDelay time.Duration
+}
+
+// DropsError reports packets dropped for reasons that are errors (a
+// wrong key, a replayed or forged packet, no matching policy...).
+type DropsError struct {
+	// Drops are the error drops by reason; Total their sum.
+	Drops map[string]int
+	Total int
+}
+
+// Error renders e.g. "8 packets dropped (bad-icv=8)".
+func (e *DropsError) Error() string {
+	keys := slices.Sorted(maps.Keys(e.Drops))
+	parts := make([]string, len(keys))
+	for i, k := range keys {
+		parts[i] = fmt.Sprintf("%s=%d", k, e.Drops[k])
+	}
+	return fmt.Sprintf("%d packets dropped (%s)", e.Total, strings.Join(parts, " "))
+}
+
+// benignDrops are drop reasons that are not errors: NAT-T keepalives and
+// dummy packets are meant to be discarded.
+var benignDrops = map[string]bool{ipsec.DropKeepalive.String(): true, ipsec.DropDummy.String(): true}
+
+// ErrorDrops returns res's drops that are errors (every reason but NAT-T
+// keepalives and dummy packets), or nil if there are none.
+func (res *Result) ErrorDrops() *DropsError {
+	e := &DropsError{Drops: map[string]int{}}
+	for k, n := range res.Drops {
+		if !benignDrops[k] && n > 0 {
+			e.Drops[k] = n
+			e.Total += n
+		}
+	}
+	if e.Total == 0 {
+		return nil
+	}
+	return e
 }
 
 // Run applies the setkey file to a fresh engine and processes In into Out.
-// Errors name the file they concern.
+// Out is written atomically: to a temporary file in its directory,
+// renamed over Out only once the run succeeded or the input turned out
+// truncated (then Out holds every packet read, and the error is a
+// *TruncatedError). On any other error Out is left as it was. After a
+// complete run, error drops fail it with a *DropsError unless
+// AllowDrops. Errors name the file they concern.
 func Run(ctx context.Context, o Options) (*Result, error) {
 	cfg, err := setkey.ParseFile(o.Config)
 	if err != nil {
@@ -276,7 +390,11 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	}
 	fw := o.Framework
 	if fw == nil {
-		fw = crypto.New(crypto.Options{})
+		log := o.Logger
+		if log == nil {
+			log = slog.New(slog.DiscardHandler)
+		}
+		fw = crypto.New(crypto.Options{Logger: log})
 		defer fw.Close(ctx)
 		if err := fw.Register(ctx, aesni.New()); err != nil {
 			cfg.Zero()
@@ -293,16 +411,35 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 		return nil, err
 	}
 	defer in.Close()
-	out, err := os.Create(o.Out)
-	if err != nil {
-		return nil, err
+	var src io.Reader = in
+	if o.Progress != nil {
+		st, err := in.Stat()
+		if err != nil {
+			return nil, err
+		}
+		bar := startProgress(o.Progress, st.Size(), o.ProgressDelay)
+		defer bar.stop()
+		src = bar.reader(in)
 	}
-	res, err := Process(e, o.Direction, in, out)
-	if cerr := out.Close(); err == nil && cerr != nil {
-		err = cerr
-	}
+	out, err := renameio.NewPendingFile(o.Out, renameio.WithTempDir(filepath.Dir(o.Out)),
+		renameio.WithPermissions(0o666), renameio.WithExistingPermissions())
 	if err != nil {
+		return nil, fmt.Errorf("%s: %w", o.Out, err)
+	}
+	defer out.Cleanup() // removes the temporary file unless it replaced Out
+	res, err := Process(e, o.Direction, src, out)
+	var trunc *TruncatedError
+	if err != nil && !errors.As(err, &trunc) {
 		return res, fmt.Errorf("%s: %w", o.In, err)
+	}
+	if cerr := out.CloseAtomicallyReplace(); cerr != nil {
+		return res, fmt.Errorf("%s: %w", o.Out, cerr)
+	}
+	if err != nil {
+		return res, fmt.Errorf("%s: %w (%d written to %s)", o.In, err, res.Written, o.Out)
+	}
+	if de := res.ErrorDrops(); de != nil && !o.AllowDrops {
+		return res, de
 	}
 	return res, nil
 }
