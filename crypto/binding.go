@@ -39,6 +39,8 @@ type Binding struct {
 	alg  Algorithm
 	done CompletionFunc
 	keys SessionParams // private copy, zeroed on Close
+	// label names the binding's user (SetLabel).
+	label atomic.Pointer[string]
 
 	// rmu serializes rebinds and Close (control path).
 	rmu      sync.Mutex
@@ -211,6 +213,7 @@ func (b *Binding) Status() BindingStatus {
 	return BindingStatus{
 		ID:           b.id,
 		Alg:          b.alg,
+		Label:        b.Label(),
 		Provider:     b.Provider(),
 		Submitted:    b.submitted.Load() + b.direct.Load(),
 		Completed:    b.completed.Load() + b.direct.Load(),

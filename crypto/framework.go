@@ -104,7 +104,8 @@ type Framework struct {
 	mu          sync.Mutex
 	provs       map[string]*provEntry
 	registering map[string]bool
-	closed      atomic.Bool // set under mu; read lock-free by Bind
+	removed     map[string]string // see Removed
+	closed      atomic.Bool       // set under mu; read lock-free by Bind
 
 	snap   atomic.Pointer[snapshot]
 	shards [nShards]bindShard
@@ -248,6 +249,7 @@ func New(opts Options) *Framework {
 		log:         opts.Logger,
 		provs:       map[string]*provEntry{},
 		registering: map[string]bool{},
+		removed:     map[string]string{},
 		epoch:       time.Now(),
 		stop:        make(chan struct{}),
 		wdDone:      make(chan struct{}),
@@ -354,6 +356,7 @@ func (f *Framework) Register(ctx context.Context, p Provider) error {
 	}
 	e.state.Store(stOK)
 	f.provs[name] = e
+	delete(f.removed, name)
 	f.publishLocked()
 	f.mu.Unlock()
 	f.log.Info("crypto: provider admitted", "provider", name, "kind", info.Kind.String(), "algorithms", len(caps))
@@ -375,13 +378,26 @@ func (f *Framework) Register(ctx context.Context, p Provider) error {
 // are closed, then removes it. While it runs the provider is listed as
 // unloading and is never selected. Deregister blocks: it must not be
 // called from inside a provider's Submit, Close or completion callback (use
-// ReportFault there, or call Deregister from another goroutine).
+// ReportFault there, or call Deregister from another goroutine). To refuse
+// instead of leaving bindings unbound, use DeregisterUnused.
 func (f *Framework) Deregister(ctx context.Context, name string) error {
+	return f.deregister(ctx, name, nil)
+}
+
+// deregister implements Deregister and, with leaving not nil (the
+// providers leaving together, name included), DeregisterUnused.
+func (f *Framework) deregister(ctx context.Context, name string, leaving []string) error {
 	f.mu.Lock()
 	e := f.provs[name]
 	if e == nil {
 		f.mu.Unlock()
 		return fmt.Errorf("crypto: deregister %q: %w", name, ErrNoProvider)
+	}
+	if leaving != nil {
+		if err := f.checkRemoveLocked(leaving); err != nil {
+			f.mu.Unlock()
+			return err
+		}
 	}
 	prev := e.state.Swap(stUnloading)
 	f.publishLocked()
@@ -406,6 +422,11 @@ func (f *Framework) Deregister(ctx context.Context, name string) error {
 	f.mu.Lock()
 	if f.provs[name] == e {
 		delete(f.provs, name)
+		if e.faults.Load() > 0 {
+			e.faultMu.Lock()
+			f.removed[name] = e.lastFault
+			e.faultMu.Unlock()
+		}
 	}
 	e.state.Store(stRemoved)
 	f.publishLocked()

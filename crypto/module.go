@@ -77,6 +77,17 @@ type providerModule struct {
 // migrating every binding to another provider before the provider goes.
 // An error from newProvider aborts the load.
 //
+// An unload is refused, as FreeBSD refuses to unload a crypto driver in
+// use (EBUSY), while bindings on the provider could move to no provider
+// that stays: the module's Quiesce hook (and, against races, its Unload
+// hook through Framework.DeregisterUnused) returns an *InUseError naming
+// them, which the Loader reports as busy. The providers of the other
+// modules leaving in the same unload do not count as staying, so
+// unloading aesni and cryptosoft together is refused while AES-GCM
+// bindings exist even though each alone could go. A forced unload
+// (modules.Force) deregisters anyway: the stranded bindings are unbound
+// and fail their requests with ErrNoProvider.
+//
 // A provider that holds resources (goroutines, a device process)
 // implements Close(context.Context) error; the module then closes it once
 // the framework no longer uses it: after Deregister on unload (also when
@@ -102,7 +113,18 @@ func ProviderModule(name string, version int, description string, newProvider fu
 		Depends:     []modules.Dependency{{Name: ModuleName, Min: 1}},
 		Load:        pm.load,
 		Unload:      pm.unload,
+		Quiesce:     pm.quiesce,
 	}
+}
+
+// quiesce is the module's Quiesce hook: may the provider leave with
+// leaving?
+func (m *providerModule) quiesce(ctx context.Context, leaving []string) error {
+	fw, ok := FromContext(ctx)
+	if !ok {
+		return nil // no framework: nothing can be bound to the provider
+	}
+	return fw.CheckRemove(leaving...)
 }
 
 // load is the module's Load hook.
@@ -146,7 +168,13 @@ func (m *providerModule) unload(ctx context.Context) error {
 	if !ok {
 		return fmt.Errorf("module %s: unload: %w", m.name, ErrNoFramework)
 	}
-	if err := fw.Deregister(ctx, m.name); err != nil && !errors.Is(err, ErrNoProvider) {
+	var err error
+	if u, ok := modules.UnloadFromContext(ctx); ok && !u.Forced {
+		err = fw.DeregisterUnused(ctx, m.name, u.Leaving...)
+	} else {
+		err = fw.Deregister(ctx, m.name)
+	}
+	if err != nil && !errors.Is(err, ErrNoProvider) {
 		return fmt.Errorf("module %s: unload: %w", m.name, err)
 	}
 	m.mu.Lock()

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -16,8 +17,10 @@ import (
 )
 
 // TestProviderModule loads aesni as a module (which pulls in the crypto
-// module), binds, then unloads it: the binding is migrated (here: to
-// unbound, as nothing else serves it) and the provider removed.
+// module) and binds. Unloading it is refused (busy, in use, naming the
+// binding and its label) since nothing else serves the binding, and
+// changes nothing; a forced unload migrates the binding to unbound and
+// removes the provider.
 func TestProviderModule(t *testing.T) {
 	if !aesni.Supported() {
 		t.Skip("CPU lacks AES-NI/PCLMULQDQ: the aesni module is not registered")
@@ -39,7 +42,17 @@ func TestProviderModule(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer closeBinding(t, b)
-	if err := l.Unload(ctx, aesni.Name); err != nil {
+	b.SetLabel("ipsec SA esp 192.0.2.1->192.0.2.2 spi 0x1001")
+	err = l.Unload(ctx, aesni.Name)
+	var inUse *crypto.InUseError
+	if !errors.Is(err, modules.ErrBusy) || !errors.As(err, &inUse) || len(inUse.Bindings) != 1 ||
+		!strings.Contains(err.Error(), "spi 0x1001") {
+		t.Fatalf("unload of a provider in use: %v, want busy naming the binding", err)
+	}
+	if !l.IsLoaded(aesni.Name) || fw.Best(algGCM128) != aesni.Name || b.Provider() != aesni.Name {
+		t.Fatalf("refused unload changed something: loaded %v, best %q, binding on %q", l.IsLoaded(aesni.Name), fw.Best(algGCM128), b.Provider())
+	}
+	if err := l.Unload(ctx, aesni.Name, modules.Force()); err != nil {
 		t.Fatal(err)
 	}
 	if len(fw.Providers()) != 0 || b.Provider() != "" {
@@ -258,7 +271,15 @@ func TestProviderModuleClosesProvider(t *testing.T) {
 			}
 
 			start := time.Now()
-			err = l.Unload(ctx, "closer")
+			// Forced: the binding has nowhere else to go. But a forced
+			// unload ignores the hook's error: for the close error, the
+			// binding goes first and the unload is not forced.
+			opts := []modules.UnloadOption{modules.Force()}
+			if tc.closeErr != nil {
+				b.Close(context.Background())
+				opts = nil
+			}
+			err = l.Unload(ctx, "closer", opts...)
 			if tc.closeErr != nil {
 				if !errors.Is(err, tc.closeErr) {
 					t.Fatalf("unload: %v, want the close error", err)

@@ -76,6 +76,8 @@ type ProviderStatus struct {
 type BindingStatus struct {
 	ID  uint64
 	Alg Algorithm
+	// Label names the binding's user (Binding.SetLabel), or "".
+	Label string
 	// Provider is the current provider's name, or "" while unbound (no
 	// admitted provider supports Alg).
 	Provider string

@@ -184,7 +184,7 @@ func (e *Engine) ApplyThen(ctx context.Context, cfg *setkey.Config, prepare func
 			}
 		}
 		if s.bind == nil {
-			b, err := e.bind(crypto.SessionParams{Alg: s.cfg.Alg, CipherKey: s.cfg.EncKey, AuthKey: s.cfg.AuthKey}, e.completer(s))
+			b, err := e.bind(e.saLabel(s), crypto.SessionParams{Alg: s.cfg.Alg, CipherKey: s.cfg.EncKey, AuthKey: s.cfg.AuthKey}, e.completer(s))
 			if err != nil {
 				return fail(fmt.Errorf("%s: SA spi 0x%x: %w", s.cfg.Pos, s.cfg.SPI, err))
 			}

@@ -1,8 +1,11 @@
 package ipsec
 
 import (
+	"errors"
 	"fmt"
 	"sync/atomic"
+
+	"github.com/keelinit/keel/crypto"
 )
 
 // DropReason says why a packet was dropped. The zero value means it was
@@ -33,6 +36,7 @@ const (
 	DropKeepalive                // inbound: NAT-T keepalive (RFC 3948 section 2.3); not an error
 	DropDummy                    // inbound: dummy packet, next header 59 (RFC 4303 section 2.6); not an error
 	DropNotESP                   // inbound: not ESP and no policy lets it bypass
+	DropNoProvider               // the SA's crypto binding has no provider (its provider was unloaded by force)
 
 	// NumDropReasons is the number of reasons, DropNone included.
 	NumDropReasons
@@ -60,6 +64,7 @@ var dropNames = [NumDropReasons]string{
 	DropKeepalive:     "nat-keepalive",
 	DropDummy:         "dummy",
 	DropNotESP:        "not-esp",
+	DropNoProvider:    "no-provider",
 }
 
 // String returns the counter name, e.g. "bad-icv".
@@ -84,4 +89,13 @@ func (c *dropCounters) snapshot() Drops {
 		}
 	}
 	return m
+}
+
+// cryptoDrop is the drop reason of a request the crypto framework failed:
+// DropNoProvider when the SA's binding has no provider, else DropCrypto.
+func cryptoDrop(r *crypto.Request) DropReason {
+	if errors.Is(r.Err, crypto.ErrNoProvider) {
+		return DropNoProvider
+	}
+	return DropCrypto
 }

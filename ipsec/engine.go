@@ -43,6 +43,10 @@ type Options struct {
 	// OpenNonceLedger for keys that must survive restarts. Nil: an
 	// in-memory ledger private to the engine. The engine does not close it.
 	NonceLedger *NonceLedger
+	// Name names the engine in its SAs' crypto binding labels (e.g.
+	// "ipsec": "ipsec SA esp 192.0.2.1->192.0.2.2 spi 0x1001"), so that
+	// a refused provider unload says whose SAs hold it. Optional.
+	Name string
 }
 
 // Engine is the ESP engine: the SAD, the SPD and the ESP data path.

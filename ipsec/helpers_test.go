@@ -67,7 +67,7 @@ func install(tb testing.TB, e *Engine, c saConfig, pols ...spd.Policy) *sa {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	b, err := e.bind(crypto.SessionParams{Alg: c.Alg, CipherKey: c.EncKey, AuthKey: c.AuthKey}, e.completer(s))
+	b, err := e.bind(e.saLabel(s), crypto.SessionParams{Alg: c.Alg, CipherKey: c.EncKey, AuthKey: c.AuthKey}, e.completer(s))
 	if err != nil {
 		tb.Fatal(err)
 	}

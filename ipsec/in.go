@@ -499,7 +499,7 @@ func (e *Engine) finishFailed(p *Packet, s *sa, r *crypto.Request) {
 	case r.Status == crypto.StatusAuthFailed:
 		e.drop(p, s, DropAuth)
 	case r.Status != crypto.StatusOK:
-		e.drop(p, s, DropCrypto)
+		e.drop(p, s, cryptoDrop(r))
 	default:
 		e.drop(p, s, DropReplay)
 	}

@@ -517,13 +517,8 @@ func (e *Engine) setSeq(p *Packet, s *sa, seq uint64) {
 
 // finishOut completes an outbound packet after sealing.
 func (e *Engine) finishOut(p *Packet, s *sa, r *crypto.Request) bool {
-	switch r.Status {
-	case crypto.StatusOK:
-	case crypto.StatusError:
-		e.drop(p, s, DropCrypto)
-		return false
-	default:
-		e.drop(p, s, DropCrypto)
+	if r.Status != crypto.StatusOK {
+		e.drop(p, s, cryptoDrop(r))
 		return false
 	}
 	if p.v6 && s.cfg.Proto == setkey.ProtoESPUDP {

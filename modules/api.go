@@ -52,8 +52,39 @@ type Module struct {
 	// Unload is called once before the module leaves, after subscribers
 	// were sent Unloading. Returning an error refuses the unload unless it
 	// is forced; wrap ErrBusy to say the module is in use (Loader.Unload
-	// then returns a *BusyError). Nil hooks do nothing.
+	// then returns a *BusyError). UnloadFromContext(ctx) tells the hook
+	// whether the unload is forced and which modules leave with it. Nil
+	// hooks do nothing.
 	Unload func(ctx context.Context) error
+	// Quiesce is FreeBSD's MOD_QUIESCE: before any Unload hook of an
+	// unforced unload runs, each module leaving is asked whether it can
+	// go together with leaving (every module of the unload, itself
+	// included). An error wrapping ErrBusy (the module is in use) refuses
+	// the whole unload before anything changed. A forced unload skips it.
+	// Nil means the module can always go.
+	Quiesce func(ctx context.Context, leaving []string) error
+}
+
+// UnloadContext describes the unload an Unload or Quiesce hook runs in.
+type UnloadContext struct {
+	// Leaving are the modules this unload removes, sorted.
+	Leaving []string
+	// Forced is true for kldunload -f (Force) and for the unloads that
+	// roll back a failed load: the hook's refusal will be overridden.
+	Forced bool
+}
+
+type unloadCtxKey struct{}
+
+// UnloadFromContext returns the UnloadContext of the hook's ctx; false
+// outside a Loader's Unload and Quiesce hooks.
+func UnloadFromContext(ctx context.Context) (UnloadContext, bool) {
+	u, ok := ctx.Value(unloadCtxKey{}).(UnloadContext)
+	return u, ok
+}
+
+func withUnload(ctx context.Context, u UnloadContext) context.Context {
+	return context.WithValue(ctx, unloadCtxKey{}, u)
 }
 
 // State is a module's lifecycle state.
@@ -61,13 +92,16 @@ type State string
 
 // States. Stat rows show StateLoading, StateLoaded or StateUnloading: a
 // module leaves the table when it is unloaded or its load fails, so
-// StateUnloaded and StateFailed are only for callers' own displays.
+// StateUnloaded, StateFailed and StateDegraded are only for callers' own
+// displays (e.g. a loaded crypto provider module whose device died and
+// whose provider the framework dropped is shown failed, with a Reason).
 const (
 	StateLoading   State = "loading"
 	StateLoaded    State = "loaded"
 	StateUnloading State = "unloading"
 	StateUnloaded  State = "unloaded"
 	StateFailed    State = "failed"
+	StateDegraded  State = "degraded"
 )
 
 // EventType is the kind of Event.
@@ -122,6 +156,9 @@ type Stat struct {
 	Explicit bool
 	// Description is the module's one-line summary.
 	Description string
+	// Reason says why State is failed or degraded (set by callers that
+	// show such states); empty otherwise.
+	Reason string `json:",omitempty"`
 }
 
 // Sentinel errors, checked with errors.Is.

@@ -371,7 +371,8 @@ func (l *Loader) rollback(ctx context.Context, c *call, loaded, notLoaded, pinne
 		r.state = StateUnloading
 		l.publishLocked(r, Unloading, false, false)
 		l.mu.Unlock()
-		if err := l.runHook(uctx, r.mod.Name, "unload", r.mod.Unload); err != nil {
+		hctx := withUnload(uctx, UnloadContext{Leaving: []string{r.mod.Name}, Forced: true})
+		if err := l.runHook(hctx, r.mod.Name, "unload", r.mod.Unload); err != nil {
 			l.log.Warn("modules: rolling back a failed load, unload refusal overridden",
 				"module", r.mod.Name, "err", err)
 		}
@@ -424,7 +425,8 @@ func (l *Loader) collect(ctx context.Context, names []string) {
 		r.state = StateUnloading
 		l.publishLocked(r, Unloading, false, false)
 		l.mu.Unlock()
-		err := l.runHook(ctx, r.mod.Name, "unload", r.mod.Unload)
+		hctx := withUnload(ctx, UnloadContext{Leaving: []string{r.mod.Name}})
+		err := l.runHook(hctx, r.mod.Name, "unload", r.mod.Unload)
 		l.mu.Lock()
 		if err != nil {
 			r.state, r.owner = StateLoaded, nil
@@ -452,42 +454,68 @@ type unloadOpts struct{ force bool }
 // its events carry Forced.
 func Force() UnloadOption { return func(o *unloadOpts) { o.force = true } }
 
-// Unload unloads the named module; its Unload hook runs with ctx. If it has
-// to wait for a load or unload of the module in progress, it honours ctx.
-//
-// Without Force, Unload refuses with a *BusyError (errors.Is ErrBusy) that
-// names the holders while loaded or loading modules depend on it, or that
-// wraps the hook's error when the Unload hook returns an error wrapping
-// ErrBusy; any other hook error also refuses, wrapped in a *HookError. A
-// refused unload leaves the module loaded; since subscribers already saw
-// Unloading, they then get a Loaded event with Aborted set.
-//
-// After the module leaves, its dependencies that were loaded only as
-// dependencies and are no longer held are unloaded too (best effort, with
-// ctx's values but not its cancellation).
-// Unloading a module that is not loaded returns an error wrapping
-// ErrNotLoaded.
+// Unload unloads the named module; it is UnloadAll with one name.
 func (l *Loader) Unload(ctx context.Context, name string, opts ...UnloadOption) error {
+	return l.UnloadAll(ctx, []string{name}, opts...)
+}
+
+// UnloadAll unloads the named modules as a whole (kldunload a b), all or
+// nothing. Their hooks run with ctx, dependents before dependencies; if
+// it has to wait for a load or unload of one of them in progress, it
+// honours ctx. Duplicate names are allowed; no names is a no-op.
+//
+// Without Force it refuses, changing nothing, with a *BusyError
+// (errors.Is ErrBusy) that names the holders while loaded or loading
+// modules outside the set depend on a module of it, or that wraps the
+// error of a Quiesce hook refusing (every module of the set is asked,
+// with the whole set, before any Unload hook runs). An Unload hook that
+// still refuses (its error wrapping ErrBusy gives a *BusyError, any other
+// a *HookError) makes UnloadAll load again, in load order, the modules of
+// the set it had already unloaded, so that the set stays loaded as a
+// whole; since subscribers saw Unloading, the refusing module then gets
+// a Loaded event with Aborted set, and the reloaded ones Unloaded then
+// Loaded. A module that fails to load again is logged and left unloaded.
+//
+// With Force, the modules holding the set are unloaded first (and,
+// transitively, theirs), Quiesce is skipped and Unload hook errors are
+// ignored. Every forced unload is logged at Warn level and its events
+// carry Forced. UnloadFromContext tells hooks which modules leave and
+// whether the unload is forced.
+//
+// After the modules leave, their dependencies that were loaded only as
+// dependencies and are no longer held are unloaded too (best effort, with
+// ctx's values but not its cancellation). Naming a module that is not
+// loaded returns an error wrapping ErrNotLoaded, and unloads nothing.
+func (l *Loader) UnloadAll(ctx context.Context, names []string, opts ...UnloadOption) error {
 	var o unloadOpts
 	for _, f := range opts {
 		f(&o)
 	}
+	names = slices.Compact(slices.Sorted(slices.Values(names)))
+	what := strings.Join(names, ", ")
 	if l.inHook(ctx) {
-		return fmt.Errorf("modules: unload %s: %w", name, ErrReentrant)
+		return fmt.Errorf("modules: unload %s: %w", what, ErrReentrant)
+	}
+	if len(names) == 0 {
+		return nil
 	}
 	c := newCall()
 	var set []*record
 	for {
 		l.mu.Lock()
-		r := l.recs[name]
-		if r == nil {
-			l.mu.Unlock()
-			return fmt.Errorf("modules: unload: %s: %w", name, ErrNotLoaded)
+		set = set[:0]
+		seen := map[string]bool{}
+		for _, n := range names {
+			r := l.recs[n]
+			if r == nil {
+				l.mu.Unlock()
+				return fmt.Errorf("modules: unload: %s: %w", n, ErrNotLoaded)
+			}
+			set = append(set, r)
+			seen[n] = true
 		}
-		set = append(set[:0], r)
 		if o.force {
-			// r and, transitively, everything holding it.
-			seen := map[string]bool{name: true}
+			// The set and, transitively, everything holding it.
 			for i := 0; i < len(set); i++ {
 				for h := range set[i].holders {
 					if !seen[h] {
@@ -507,14 +535,23 @@ func (l *Loader) Unload(ctx context.Context, name string, opts ...UnloadOption) 
 		if w != nil {
 			l.mu.Unlock()
 			if err := wait(ctx, w); err != nil {
-				return fmt.Errorf("modules: unload: %s: %w", name, err)
+				return fmt.Errorf("modules: unload: %s: %w", what, err)
 			}
 			continue
 		}
-		if !o.force && len(r.holders) > 0 {
-			err := &BusyError{Module: name, Holders: r.holderNames()}
-			l.mu.Unlock()
-			return fmt.Errorf("modules: unload: %w", err)
+		if !o.force {
+			for _, r := range set {
+				var outside []string
+				for _, h := range r.holderNames() {
+					if !seen[h] {
+						outside = append(outside, h)
+					}
+				}
+				if len(outside) > 0 {
+					l.mu.Unlock()
+					return fmt.Errorf("modules: unload: %w", &BusyError{Module: r.mod.Name, Holders: outside})
+				}
+			}
 		}
 		// A dependent always has a higher id than its dependencies.
 		slices.SortFunc(set, func(a, b *record) int { return b.id - a.id })
@@ -522,28 +559,61 @@ func (l *Loader) Unload(ctx context.Context, name string, opts ...UnloadOption) 
 			x.owner = c
 		}
 		if o.force {
-			l.log.Warn("modules: forced unload", "module", name,
-				"holders", r.holderNames(), "unloading", recordNames(set))
+			l.log.Warn("modules: forced unload", "modules", what, "unloading", recordNames(set))
 		}
 		l.mu.Unlock()
 		break
 	}
+	leaving := slices.Sorted(slices.Values(recordNames(set)))
+	hctx := withUnload(ctx, UnloadContext{Leaving: leaving, Forced: o.force})
+	release := func() {
+		l.mu.Lock()
+		for _, r := range set {
+			if l.recs[r.mod.Name] == r {
+				r.owner = nil
+			}
+		}
+		l.mu.Unlock()
+		close(c.done)
+	}
+
+	if !o.force {
+		for _, r := range set {
+			q := r.mod.Quiesce
+			if q == nil {
+				continue
+			}
+			err := l.runHook(hctx, r.mod.Name, "quiesce", func(ctx context.Context) error { return q(ctx, leaving) })
+			var he *HookError
+			if errors.As(err, &he) && errors.Is(he.Err, ErrBusy) {
+				err = he.Err // "x is busy: <why>", not "x: quiesce hook: ..."
+			}
+			if err != nil {
+				release()
+				if errors.Is(err, ErrBusy) {
+					return fmt.Errorf("modules: unload: %w", &BusyError{Module: r.mod.Name, Err: err})
+				}
+				return fmt.Errorf("modules: unload: %w", err)
+			}
+		}
+	}
 
 	var freed []string
-	for _, r := range set {
+	for i, r := range set {
 		l.mu.Lock()
 		r.state = StateUnloading
 		l.publishLocked(r, Unloading, o.force, false)
 		l.mu.Unlock()
-		err := l.runHook(ctx, r.mod.Name, "unload", r.mod.Unload)
+		err := l.runHook(hctx, r.mod.Name, "unload", r.mod.Unload)
 		if err != nil && !o.force {
 			l.mu.Lock()
-			r.state, r.owner = StateLoaded, nil
+			r.state = StateLoaded
 			l.publishLocked(r, Loaded, false, true)
 			l.mu.Unlock()
-			close(c.done)
+			l.reload(ctx, set[:i])
+			release()
 			if errors.Is(err, ErrBusy) {
-				return fmt.Errorf("modules: unload: %w", &BusyError{Module: name, Err: err})
+				return fmt.Errorf("modules: unload: %w", &BusyError{Module: r.mod.Name, Err: err})
 			}
 			return fmt.Errorf("modules: unload: %w", err)
 		}
@@ -553,12 +623,55 @@ func (l *Loader) Unload(ctx context.Context, name string, opts ...UnloadOption) 
 		}
 		l.mu.Lock()
 		freed = append(freed, l.removeLocked(r)...)
+		r.owner = c // still this call's until it returns
 		l.publishLocked(r, Unloaded, o.force, false)
 		l.mu.Unlock()
 	}
+	l.mu.Lock()
+	for _, r := range set {
+		r.owner = nil
+	}
+	l.mu.Unlock()
 	close(c.done)
 	l.collect(context.WithoutCancel(ctx), freed)
 	return nil
+}
+
+// reload undoes the unloads of gone (unloaded by the calling UnloadAll,
+// dependents first): it puts each back in the table, dependencies first,
+// with its id and references, and runs its Load hook again. A module that
+// fails to load is logged and left out.
+func (l *Loader) reload(ctx context.Context, gone []*record) {
+	lctx := context.WithoutCancel(ctx)
+	for _, r := range slices.Backward(gone) {
+		l.mu.Lock()
+		if l.recs[r.mod.Name] != nil {
+			// Loaded anew by another call meanwhile: that one stays.
+			l.mu.Unlock()
+			continue
+		}
+		r.state = StateLoading
+		l.recs[r.mod.Name] = r
+		for _, d := range r.mod.Depends {
+			if dr := l.recs[d.Name]; dr != nil {
+				dr.holders[r.mod.Name] = struct{}{}
+			}
+		}
+		l.mu.Unlock()
+		err := l.runHook(lctx, r.mod.Name, "load", r.mod.Load)
+		l.mu.Lock()
+		if err != nil {
+			l.removeLocked(r)
+			l.mu.Unlock()
+			l.log.Error("modules: a module unloaded by a refused unload did not load again; it stays unloaded",
+				"module", r.mod.Name, "err", err)
+			continue
+		}
+		r.state = StateLoaded
+		r.loadedAt = l.now()
+		l.publishLocked(r, Loaded, false, false)
+		l.mu.Unlock()
+	}
 }
 
 func recordNames(rs []*record) []string {

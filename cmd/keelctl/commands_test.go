@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -56,6 +57,8 @@ func (f *fakeKeeld) handler() http.Handler {
 	mods := []modules.Stat{
 		{ID: 1, Refs: 2, Name: "crypto", Version: 1, Kind: modules.KindCryptoProvider, State: modules.StateLoaded},
 		{ID: 2, Refs: 1, Name: "aesni", Version: 1, Kind: modules.KindCryptoProvider, State: modules.StateLoaded, DependsOn: []string{"crypto"}},
+		{ID: 3, Refs: 1, Name: "virtio", Version: 1, Kind: modules.KindCryptoProvider, State: modules.StateFailed, DependsOn: []string{"crypto"},
+			Reason: "provider removed by the crypto framework after a fault: virtio: device process exited"},
 	}
 	mux.HandleFunc("GET /v1/services", ok(statuses))
 	mux.HandleFunc("GET /v1/services/{name}", func(w http.ResponseWriter, r *http.Request) {
@@ -99,8 +102,15 @@ func (f *fakeKeeld) handler() http.Handler {
 			api.WriteError(w, http.StatusBadRequest, err)
 			return
 		}
+		if slices.Contains(req.Names, "busy") {
+			f.mu.Lock()
+			f.posts = append(f.posts, r.URL.Path)
+			f.mu.Unlock()
+			api.WriteError(w, http.StatusConflict, errors.New("modules: unload: busy is busy: crypto: busy in use: removing it would leave 1 binding(s) without a provider: binding 1 aes-gcm-16-128 on busy (ipsec SA esp 192.0.2.1->192.0.2.2 spi 0x1001)"))
+			return
+		}
 		out := append([]modules.Stat(nil), mods...)
-		out[1].Name = fmt.Sprintf("%s(force=%v)", req.Name, req.Force)
+		out[1].Name = fmt.Sprintf("%s(force=%v)", strings.Join(req.Names, "+"), req.Force)
 		post(w, r, out)
 	})
 	mux.HandleFunc("GET /v1/crypto", ok(builtin.Crypto{Running: !f.down,
@@ -110,7 +120,8 @@ func (f *fakeKeeld) handler() http.Handler {
 			{Name: "virtio", Kind: "device", Emulated: true, State: "admitted", SelfTest: "ok", Faults: 1,
 				Params: map[string]string{"device_pid": "77"}},
 		},
-		Bindings: []builtin.Binding{{ID: 1, Alg: "aes-gcm-16-128", Provider: "aesni", Submitted: 10, Completed: 9, Retried: 1, Rebinds: 1}},
+		Bindings: []builtin.Binding{{ID: 1, Alg: "aes-gcm-16-128", Provider: "aesni", Submitted: 10, Completed: 9, Retried: 1, Rebinds: 1},
+			{ID: 2, Alg: "aes-gcm-16-128", Provider: "", Submitted: 3, Completed: 3, Failed: 3, Rebinds: 1}},
 	}))
 	ifs := []builtin.Interface{{Name: "keel0", MTU: 1420, Encap: "udp", Outer: "udp:4500", Local: "10.99.0.1", Peer: "10.99.0.2",
 		Out: builtin.IfDir{Packets: 12, Bytes: 3400, Drops: map[string]uint64{"no-policy": 1}, DropTotal: 1}, In: builtin.IfDir{Packets: 11, Bytes: 3300}}}
@@ -187,6 +198,8 @@ func TestCommands(t *testing.T) {
 		{name: "kldload", args: []string{"kldload", "aesni"}, post: "/v1/modules/load"},
 		{name: "kldunload-force", args: []string{"kldunload", "-f", "aesni"}, post: "/v1/modules/unload"},
 		{name: "kldunload-json", args: []string{"--json", "kldunload", "aesni"}, post: "/v1/modules/unload"},
+		{name: "kldunload-two", args: []string{"kldunload", "aesni", "cryptosoft"}, post: "/v1/modules/unload"},
+		{name: "kldunload-busy", args: []string{"kldunload", "busy"}, post: "/v1/modules/unload"},
 		{name: "kldload-noarg", args: []string{"kldload"}},
 		{name: "crypto", args: []string{"crypto"}},
 		{name: "crypto-json", args: []string{"crypto", "--json"}},

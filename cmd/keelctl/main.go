@@ -206,7 +206,7 @@ func (a *app) commands() []command {
 	)
 	module := func(op string) func([]string) (string, any) {
 		return func(args []string) (string, any) {
-			return "/v1/modules/" + op, builtin.ModuleRequest{Name: args[0], Force: force}
+			return "/v1/modules/" + op, builtin.ModuleRequest{Names: args, Force: force}
 		}
 	}
 	ipsecView := func(path string, render func(io.Writer, builtin.IPsec) error) func(*cobra.Command, []string) error {
@@ -228,7 +228,7 @@ func (a *app) commands() []command {
 			}},
 		{use: "kldstat", short: "List loaded modules", run: runGet(a, "/v1/modules", printModules)},
 		{use: "kldload NAME", short: "Load a module", args: cobra.ExactArgs(1), run: runPost(a, module("load"), printModules)},
-		{use: "kldunload [-f] NAME", short: "Unload a module (refused while it is in use, unless forced)", args: cobra.ExactArgs(1),
+		{use: "kldunload [-f] NAME...", short: "Unload modules, as a whole (refused while in use: SAs would lose their crypto provider; -f forces)", args: cobra.MinimumNArgs(1),
 			run:   runPost(a, module("unload"), printModules),
 			flags: func(c *cobra.Command) { c.Flags().BoolVarP(&force, "force", "f", false, "force the unload") }},
 		{use: "crypto", short: "Show crypto providers, self-tests, measured speeds, bindings and rebinds",

@@ -50,6 +50,15 @@ func truncate(s string, n int) string {
 	return s
 }
 
+// noProvider renders an unbound SA's or binding's provider "" as
+// builtin.NoProvider, as keeld's own status lines do.
+func noProvider(p string) string {
+	if p == "" {
+		return builtin.NoProvider
+	}
+	return p
+}
+
 func orDash(s []string) string {
 	if len(s) == 0 {
 		return "-"
@@ -171,10 +180,20 @@ func printReload(w io.Writer, res services.ReloadResult) error {
 func printModules(w io.Writer, st []modules.Stat) error {
 	tw := newTable(w)
 	fmt.Fprintln(tw, "Id\tRefs\tName\tVersion\tKind\tState\tLoaded\tDepends on")
+	var reasons []string
 	for _, s := range st {
 		fmt.Fprintf(tw, "%d\t%d\t%s\t%d\t%s\t%s\t%s\t%s\n", s.ID, s.Refs, s.Name, s.Version, s.Kind, s.State, since(s.LoadedAt), orDash(s.DependsOn))
+		if s.Reason != "" {
+			reasons = append(reasons, fmt.Sprintf("%s %s: %s", s.Name, s.State, s.Reason))
+		}
 	}
-	return tw.Flush()
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	for _, r := range reasons {
+		fmt.Fprintln(w, r)
+	}
+	return nil
 }
 
 // printCrypto is keelctl crypto: the providers, then the bindings.
@@ -194,7 +213,7 @@ func printCrypto(w io.Writer, v builtin.Crypto) error {
 	tw = newTable(w)
 	fmt.Fprintln(tw, "BINDING\tALG\tPROVIDER\tSUBMITTED\tCOMPLETED\tRETRIED\tFAILED\tREBINDS")
 	for _, b := range v.Bindings {
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%d\t%d\t%d\t%d\t%d\n", b.ID, b.Alg, b.Provider, b.Submitted, b.Completed, b.Retried, b.Failed, b.Rebinds)
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%d\t%d\t%d\t%d\t%d\n", b.ID, b.Alg, noProvider(b.Provider), b.Submitted, b.Completed, b.Retried, b.Failed, b.Rebinds)
 	}
 	return tw.Flush()
 }
@@ -253,7 +272,7 @@ func printSAs(w io.Writer, v builtin.IPsec) error {
 		if s.Expired != "" {
 			state += " (" + s.Expired + ")"
 		}
-		fmt.Fprintf(tw, "0x%x\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%d\t%d\t%d\t%d\t%s\n", s.SPI, s.Src, s.Dst, s.Mode, s.Alg, orDash(nonEmpty(state)), s.Provider, s.Rebinds,
+		fmt.Fprintf(tw, "0x%x\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%d\t%d\t%d\t%d\t%s\n", s.SPI, s.Src, s.Dst, s.Mode, s.Alg, orDash(nonEmpty(state)), noProvider(s.Provider), s.Rebinds,
 			s.OutPackets, s.OutBytes, s.InPackets, s.InBytes, drops(s.Drops))
 	}
 	tw.Flush()

@@ -323,26 +323,38 @@ func (k *kldService) Start(ctx context.Context, env services.BuiltinEnv) error {
 	return nil
 }
 
-// Stop unloads, in reverse order, the modules this service loaded.
+// Stop unloads the modules this service loaded that are still loaded,
+// as a whole (dependents first): refused, changing nothing, while they
+// are in use (SAs bound to providers among them that no other provider
+// can take over).
 func (k *kldService) Stop(ctx context.Context) error {
-	var errs []error
-	for _, name := range reverse(k.loaded) {
-		if err := k.sys.loader.Unload(k.sys.modCtx(ctx), name); err != nil && !errors.Is(err, modules.ErrNotLoaded) {
-			errs = append(errs, err)
+	var names []string
+	for _, name := range k.loaded {
+		if k.sys.loader.IsLoaded(name) {
+			names = append(names, name)
 		}
 	}
+	if err := k.sys.loader.UnloadAll(k.sys.modCtx(ctx), names); err != nil && !errors.Is(err, modules.ErrNotLoaded) {
+		return err
+	}
 	k.loaded = nil
-	return errors.Join(errs...)
+	return nil
 }
 
 func (k *kldService) Status() string {
-	var names []string
-	for _, st := range k.sys.loader.Stat() {
-		if st.State == modules.StateLoaded {
+	var names, broken []string
+	for _, st := range k.sys.ModuleStat() {
+		switch st.State {
+		case modules.StateLoaded:
 			names = append(names, st.Name)
+		case modules.StateFailed, modules.StateDegraded:
+			broken = append(broken, fmt.Sprintf("%s %s: %s", st.Name, st.State, st.Reason))
 		}
 	}
 	out := fmt.Sprintf("%d module(s) loaded: %s", len(names), strings.Join(names, " "))
+	if len(broken) > 0 {
+		out += "; " + strings.Join(broken, "; ")
+	}
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	if len(k.failed) > 0 {

@@ -180,7 +180,7 @@ func (s *ipsecService) Start(ctx context.Context, env services.BuiltinEnv) error
 	if err != nil {
 		return err
 	}
-	eng := ipsec.NewEngine(fw, ipsec.Options{NonceLedger: ledger, OnExpire: s.expiry.onExpire(env.Log)})
+	eng := ipsec.NewEngine(fw, ipsec.Options{NonceLedger: ledger, OnExpire: s.expiry.onExpire(env.Log), Name: "ipsec"})
 	if err := eng.Apply(ctx, cfg); err != nil {
 		_ = eng.Close(context.WithoutCancel(ctx))
 		return err
@@ -241,9 +241,13 @@ func tunText(st dataplane.Status) string {
 	return fmt.Sprintf("tun %s %s %s->%s", st.Interface, st.Encap, st.Local, peer)
 }
 
+// NoProvider is how status output shows the provider of an SA or binding
+// that has none.
+const NoProvider = "(no provider)"
+
 func orNone(s string) string {
 	if s == "" {
-		return "(no provider)"
+		return NoProvider
 	}
 	return s
 }
@@ -412,6 +416,9 @@ func (s *ipsecService) Status() string {
 		out = tun + "; " + out
 	}
 	if d := s.ledgerDegraded(); d != "" {
+		out = "degraded: " + d + "; " + out
+	}
+	if d := unboundStatus(sas); d != "" {
 		out = "degraded: " + d + "; " + out
 	}
 	return out

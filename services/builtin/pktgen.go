@@ -73,7 +73,7 @@ func (g *pktgenService) Start(ctx context.Context, env services.BuiltinEnv) erro
 	// The peer encrypts with the keys of the engine's inbound SAs (and
 	// holds its outbound keys): it shares the ipsec service's ledger, so
 	// the two never use one nonce twice under a key.
-	peer := ipsec.NewEngine(fw, ipsec.Options{NonceLedger: g.sys.ips.currentLedger()})
+	peer := ipsec.NewEngine(fw, ipsec.Options{NonceLedger: g.sys.ips.currentLedger(), Name: "pktgen peer"})
 	m := mirror(cfg)
 	err = peer.Apply(ctx, m)
 	cfg.Zero()

@@ -6,6 +6,7 @@ import (
 	"maps"
 	"net/http"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -137,10 +138,21 @@ type IPsec struct {
 	NonceLedger *ipsec.LedgerStats `json:"nonce_ledger,omitempty"`
 }
 
-// ModuleRequest is the body of POST /v1/modules/load and /unload.
+// ModuleRequest is the body of POST /v1/modules/load and /unload. Names
+// (or Name, for one module) are loaded, or unloaded as a whole: all or
+// nothing, refused with 409 while they are in use unless Force.
 type ModuleRequest struct {
-	Name  string `json:"name"`
-	Force bool   `json:"force,omitempty"`
+	Name  string   `json:"name,omitempty"`
+	Names []string `json:"names,omitempty"`
+	Force bool     `json:"force,omitempty"`
+}
+
+// names returns the modules the request names.
+func (r ModuleRequest) names() []string {
+	if r.Name != "" {
+		return append([]string{r.Name}, r.Names...)
+	}
+	return r.Names
 }
 
 // CryptoView returns the crypto status.
@@ -253,26 +265,30 @@ func (s *System) Summary() []string {
 
 func (s *System) mount(srv *api.Server) {
 	srv.Handle("GET /v1/modules", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		api.WriteJSON(w, 200, s.loader.Stat())
+		api.WriteJSON(w, 200, s.ModuleStat())
 	}))
 	modOp := func(load bool) http.HandlerFunc {
 		return func(w http.ResponseWriter, r *http.Request) {
 			var req ModuleRequest
-			if err := api.DecodeBody(r, &req); err != nil || req.Name == "" {
-				api.WriteError(w, http.StatusBadRequest, fmt.Errorf("body: want {\"name\": ...}: %v", err))
+			err := api.DecodeBody(r, &req)
+			names := req.names()
+			if err != nil || len(names) == 0 || slices.Contains(names, "") {
+				api.WriteError(w, http.StatusBadRequest, fmt.Errorf("body: want {\"name\": ...} or {\"names\": [...]}: %v", err))
 				return
 			}
 			ctx := s.modCtx(r.Context())
-			var err error
 			t0 := time.Now()
-			if load {
-				_, err = s.loader.LoadOne(ctx, req.Name)
-			} else {
+			switch {
+			case load && len(names) == 1:
+				_, err = s.loader.LoadOne(ctx, names[0])
+			case load:
+				err = s.loader.Load(ctx, names...)
+			default:
 				var opts []modules.UnloadOption
 				if req.Force {
 					opts = append(opts, modules.Force())
 				}
-				err = s.loader.Unload(ctx, req.Name, opts...)
+				err = s.loader.UnloadAll(ctx, names, opts...)
 			}
 			switch {
 			case errors.Is(err, modules.ErrUnknown) || errors.Is(err, modules.ErrNotLoaded):
@@ -286,8 +302,11 @@ func (s *System) mount(srv *api.Server) {
 			if load {
 				verb = "loaded"
 			}
-			s.log.Info(fmt.Sprintf("kld: %s %s in %v (control API)", verb, req.Name, time.Since(t0).Round(time.Microsecond)))
-			api.WriteJSON(w, 200, s.loader.Stat())
+			if req.Force && !load {
+				verb = "force-unloaded"
+			}
+			s.log.Info(fmt.Sprintf("kld: %s %s in %v (control API)", verb, strings.Join(names, " "), time.Since(t0).Round(time.Microsecond)))
+			api.WriteJSON(w, 200, s.ModuleStat())
 		}
 	}
 	srv.Handle("POST /v1/modules/load", modOp(true))
@@ -329,6 +348,7 @@ var (
 	descSABytes   = prometheus.NewDesc("keel_ipsec_sa_bytes_total", "Inner bytes through the SA.", []string{"spi", "dir"}, nil)
 	descSADrops   = prometheus.NewDesc("keel_ipsec_sa_drops_total", "Packets dropped on the SA, by reason.", []string{"spi", "reason"}, nil)
 	descSARebinds = prometheus.NewDesc("keel_ipsec_sa_rebinds_total", "Crypto rebinds of the SA.", []string{"spi", "provider"}, nil)
+	descSANoProv  = prometheus.NewDesc("keel_ipsec_sa_no_provider", "1 while the SA's crypto binding has no provider (its provider was unloaded by force): its traffic is dropped as no-provider.", []string{"spi"}, nil)
 	descIfPkts    = prometheus.NewDesc("keel_ipsec_if_packets_total", "Packets delivered by the gateway interface: ESP sent (out), inner packets to the TUN (in).", []string{"if", "dir"}, nil)
 	descIfBytes   = prometheus.NewDesc("keel_ipsec_if_bytes_total", "Bytes delivered by the gateway interface: ESP bytes sent (out), inner bytes to the TUN (in).", []string{"if", "dir"}, nil)
 	descIfRead    = prometheus.NewDesc("keel_ipsec_if_read_packets_total", "Packets read by the gateway interface: from the TUN (out), from the outer socket (in).", []string{"if", "dir"}, nil)
@@ -345,7 +365,7 @@ var (
 )
 
 func (c collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descProvState, descProvTput, descProvSess, descProvReb, descProvBytes, descSAPkts, descSABytes, descSADrops, descSARebinds, descSAExpired, descSAs,
+	for _, d := range []*prometheus.Desc{descProvState, descProvTput, descProvSess, descProvReb, descProvBytes, descSAPkts, descSABytes, descSADrops, descSARebinds, descSAExpired, descSAs, descSANoProv,
 		descIfPkts, descIfBytes, descIfRead, descIfDrops, descIfUp,
 		descLedgerWritable, descLedgerErrors, descLedgerUnrec, descLedgerUnsafe, descLedgerRefused} {
 		ch <- d
@@ -381,6 +401,11 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 			ch <- prometheus.MustNewConstMetric(descSABytes, prometheus.CounterValue, float64(sa.OutBytes), spi, "out")
 			ch <- prometheus.MustNewConstMetric(descSABytes, prometheus.CounterValue, float64(sa.InBytes), spi, "in")
 			ch <- prometheus.MustNewConstMetric(descSARebinds, prometheus.CounterValue, float64(sa.Rebinds), spi, sa.Provider)
+			noProv := 0.0
+			if sa.Provider == "" {
+				noProv = 1
+			}
+			ch <- prometheus.MustNewConstMetric(descSANoProv, prometheus.GaugeValue, noProv, spi)
 			for _, reason := range slices.Sorted(maps.Keys(sa.Drops)) {
 				ch <- prometheus.MustNewConstMetric(descSADrops, prometheus.CounterValue, float64(sa.Drops[reason]), spi, reason)
 			}
