@@ -2,12 +2,15 @@ package e2e
 
 import (
 	"fmt"
+	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/keelinit/keel/modules"
 	"github.com/keelinit/keel/services"
 	"github.com/keelinit/keel/services/builtin"
 )
@@ -230,5 +233,28 @@ func TestProviderDeath(t *testing.T) {
 		}
 		gw := sn.Interfaces[0]
 		t.Logf("keeld %s drops after the failover: out %v, in %v", s.name, gw.Out.Drops, gw.In.Drops)
+		// kldstat follows the framework: the module is still loaded,
+		// but its provider was dropped when its device died.
+		var mods []modules.Stat
+		tp.keelctlJSON(s, &mods, "kldstat")
+		found := false
+		for _, m := range mods {
+			if m.Name == "virtio" {
+				found = true
+				if m.State != modules.StateFailed || !strings.Contains(m.Reason, "after a fault") {
+					t.Errorf("keeld %s kldstat: virtio %s %q, want failed with the fault", s.name, m.State, m.Reason)
+				}
+			}
+		}
+		if !found {
+			t.Errorf("keeld %s kldstat: no virtio row: %+v", s.name, mods)
+		}
+		// cryptosoft is now the only provider of the SAs: unloading it
+		// is refused (exit 1) and they stay on it.
+		out, err := exec.Command(filepath.Join(binDir, "keelctl"), "--socket", s.socket, "kldunload", "cryptosoft").CombinedOutput()
+		if err == nil || !strings.Contains(string(out), "in use") {
+			t.Errorf("keeld %s: kldunload cryptosoft: %v: %s", s.name, err, out)
+		}
+		tp.waitSAs(s, "cryptosoft")
 	}
 }
