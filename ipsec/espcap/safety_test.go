@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -215,14 +216,9 @@ func linkBytes(l []layers.LinkType) []byte {
 // existing output keeps its content and no temporary file is left in its
 // directory. A successful run replaces it.
 func TestOutputAtomic(t *testing.T) {
-	dir := t.TempDir()
-	c := interopCases[1]
-	conf := filepath.Join(dir, "out.conf")
-	os.WriteFile(conf, []byte(c.config("out")), 0o600)
+	dir, plain, conf := encryptSetup(t, interopCases[1], gwA, gwB)
 	broken := filepath.Join(dir, "broken.conf")
 	os.WriteFile(broken, []byte("add 192.0.2.1 192.0.2.2 esp 0x10 -E aes-gcm-16 0x00;\n"), 0o600)
-	plain := filepath.Join(dir, "plain.pcap")
-	writePlain(t, plain, gwA, gwB)
 	notCapture := filepath.Join(dir, "notes.txt")
 	os.WriteFile(notCapture, []byte("not a capture at all\n"), 0o600)
 	wifi := filepath.Join(dir, "wifi.pcap")
@@ -270,10 +266,7 @@ func TestOutputAtomic(t *testing.T) {
 // packets read and fails naming the count; for pcap and for pcapng
 // (converted by editcap).
 func TestTruncatedCapture(t *testing.T) {
-	dir := t.TempDir()
-	c := interopCases[1]
-	plain := filepath.Join(dir, "plain.pcap")
-	writePlain(t, plain, gwA, gwB)
+	dir, plain, conf := encryptSetup(t, interopCases[1], gwA, gwB)
 	inputs := []string{plain}
 	if _, err := exec.LookPath("editcap"); err == nil || os.Getenv("CI") == "true" {
 		ng := filepath.Join(dir, "plain.pcapng")
@@ -282,8 +275,6 @@ func TestTruncatedCapture(t *testing.T) {
 		}
 		inputs = append(inputs, ng)
 	}
-	conf := filepath.Join(dir, "out.conf")
-	os.WriteFile(conf, []byte(c.config("out")), 0o600)
 	for _, in := range inputs {
 		t.Run(filepath.Ext(in), func(t *testing.T) {
 			data, err := os.ReadFile(in)
@@ -414,16 +405,25 @@ func duplicate(t *testing.T, src, dst string) {
 	}
 }
 
+// encryptSetup writes, in a new directory, 8 plaintext packets from src
+// to dst (plain.pcap) and the outbound setkey file of c (out.conf).
+func encryptSetup(t *testing.T, c interopCase, src, dst netip.Addr) (dir, plain, conf string) {
+	t.Helper()
+	dir = t.TempDir()
+	plain = filepath.Join(dir, "plain.pcap")
+	writePlain(t, plain, src, dst)
+	conf = filepath.Join(dir, "out.conf")
+	if err := os.WriteFile(conf, []byte(c.config("out")), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return dir, plain, conf
+}
+
 // TestQuietUnlessVerbose: the command writes nothing to stderr when it is
 // not a terminal (no progress bar, no framework log), even through the
 // default logger; -v logs the provider's admission to stderr.
 func TestQuietUnlessVerbose(t *testing.T) {
-	dir := t.TempDir()
-	c := interopCases[1]
-	plain := filepath.Join(dir, "plain.pcap")
-	writePlain(t, plain, gwA, gwB)
-	conf := filepath.Join(dir, "out.conf")
-	os.WriteFile(conf, []byte(c.config("out")), 0o600)
+	dir, plain, conf := encryptSetup(t, interopCases[1], gwA, gwB)
 	var def bytes.Buffer
 	prev := slog.Default()
 	slog.SetDefault(slog.New(slog.NewTextHandler(&def, nil)))
@@ -457,12 +457,7 @@ func TestQuietUnlessVerbose(t *testing.T) {
 // TestProgressBar: with a Progress writer the run draws a bar that
 // reaches 100% and erases it at the end; without one nothing is drawn.
 func TestProgressBar(t *testing.T) {
-	dir := t.TempDir()
-	c := interopCases[1]
-	plain := filepath.Join(dir, "plain.pcap")
-	writePlain(t, plain, gwA, gwB)
-	conf := filepath.Join(dir, "out.conf")
-	os.WriteFile(conf, []byte(c.config("out")), 0o600)
+	dir, plain, conf := encryptSetup(t, interopCases[1], gwA, gwB)
 	var bar bytes.Buffer
 	if _, err := Run(context.Background(), Options{Direction: Encrypt, Config: conf, In: plain, Out: filepath.Join(dir, "enc.pcap"),
 		Framework: testFramework(t), Progress: &bar}); err != nil {
