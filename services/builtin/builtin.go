@@ -324,9 +324,11 @@ func (k *kldService) Start(ctx context.Context, env services.BuiltinEnv) error {
 }
 
 // Stop unloads the modules this service loaded that are still loaded,
-// as a whole (dependents first): refused, changing nothing, while they
-// are in use (SAs bound to providers among them that no other provider
-// can take over).
+// as a whole (dependents first). While they are in use (SAs bound to
+// providers among them that no other provider can take over) the unload
+// is refused and changes nothing: the modules stay loaded, which is
+// logged, and cryptodev unloads them when it stops (FreeBSD's rc.d/kld
+// unloads nothing at all). Other errors fail the stop.
 func (k *kldService) Stop(ctx context.Context) error {
 	var names []string
 	for _, name := range k.loaded {
@@ -334,7 +336,11 @@ func (k *kldService) Stop(ctx context.Context) error {
 			names = append(names, name)
 		}
 	}
-	if err := k.sys.loader.UnloadAll(k.sys.modCtx(ctx), names); err != nil && !errors.Is(err, modules.ErrNotLoaded) {
+	err := k.sys.loader.UnloadAll(k.sys.modCtx(ctx), names)
+	switch {
+	case errors.Is(err, modules.ErrBusy):
+		k.sys.log.Warn(fmt.Sprintf("kld: %s stay loaded: %v", strings.Join(names, " "), err))
+	case err != nil && !errors.Is(err, modules.ErrNotLoaded):
 		return err
 	}
 	k.loaded = nil

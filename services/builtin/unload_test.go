@@ -282,3 +282,37 @@ func TestKldstatFollowsFramework(t *testing.T) {
 		}
 	}
 }
+
+// TestKldStopKeepsProvidersInUse: stopping kld while the SAs use the only
+// provider it loaded leaves that provider loaded (the unload would strand
+// them) and the SAs' traffic flowing; the stop itself succeeds, as
+// FreeBSD's rc.d/kld unloads nothing.
+func TestKldStopKeepsProvidersInUse(t *testing.T) {
+	if !hasModule(aesni.Name) {
+		t.Skip("aesni not registered on this CPU")
+	}
+	b := newTestbed(t, "kld_list=\"aesni\"\nsyslogd_enable=NO\npktgen_enable=NO\n", 2*time.Millisecond, nil)
+	if err := b.m.Boot(b.ctx); err != nil {
+		t.Fatal(err)
+	}
+	if !allOn(b, aesni.Name) {
+		t.Fatalf("after boot: %v", saProviders(b))
+	}
+	// cryptodev's cryptosoft serves nothing: it may go, leaving aesni
+	// the only provider.
+	if err := b.sys.Loader().Unload(b.sys.modCtx(b.ctx), "cryptosoft"); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.m.Stop(b.ctx, "kld"); err != nil {
+		t.Fatalf("stop kld: %v", err)
+	}
+	if !b.sys.Loader().IsLoaded(aesni.Name) || !allOn(b, aesni.Name) {
+		t.Fatalf("after stopping kld: aesni loaded %v, SAs %v", b.sys.Loader().IsLoaded(aesni.Name), saProviders(b))
+	}
+	if d := sendOut(t, b, 3); len(d) > 0 {
+		t.Errorf("traffic after stopping kld: drops %v", d)
+	}
+	if err := b.m.Shutdown(b.ctx); err != nil {
+		t.Errorf("shutdown: %v", err)
+	}
+}
