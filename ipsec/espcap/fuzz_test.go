@@ -62,6 +62,34 @@ func pcapOf(tb testing.TB, lt layers.LinkType, recs ...[]byte) []byte {
 	return b.Bytes()
 }
 
+// pcapngOf writes records as a pcapng whose interface i has link type
+// lts[i]; record j is on interface j % len(lts).
+func pcapngOf(tb testing.TB, lts []layers.LinkType, recs ...[]byte) []byte {
+	tb.Helper()
+	var b bytes.Buffer
+	w, err := pcapgo.NewNgWriter(&b, lts[0])
+	if err != nil {
+		tb.Fatal(err)
+	}
+	for _, lt := range lts[1:] {
+		intf := pcapgo.DefaultNgInterface
+		intf.LinkType = lt
+		if _, err := w.AddInterface(intf); err != nil {
+			tb.Fatal(err)
+		}
+	}
+	for i, r := range recs {
+		ci := gopacket.CaptureInfo{Timestamp: time.Unix(1700000000+int64(i), 0), CaptureLength: len(r), Length: len(r), InterfaceIndex: i % len(lts)}
+		if err := w.WritePacket(ci, r); err != nil {
+			tb.Fatal(err)
+		}
+	}
+	if err := w.Flush(); err != nil {
+		tb.Fatal(err)
+	}
+	return b.Bytes()
+}
+
 // ipv4UDP is an IPv4/UDP packet hostA->hostB with n payload bytes.
 func ipv4UDP(tb testing.TB, n int) []byte {
 	tb.Helper()
@@ -76,7 +104,8 @@ func ipv4UDP(tb testing.TB, n int) []byte {
 	return buf.Bytes()
 }
 
-// fuzzSeeds are plaintext captures in every supported link type, the same
+// fuzzSeeds are plaintext captures in every supported link type (and a
+// two-interface pcapng), the same
 // packets encrypted by each case's outbound engine (valid ESP for its
 // inbound engine), and malformed files.
 func fuzzSeeds(tb testing.TB) []struct {
@@ -94,6 +123,7 @@ func fuzzSeeds(tb testing.TB) []struct {
 		pcapOf(tb, layers.LinkTypeRaw, p1, p2),
 		pcapOf(tb, layers.LinkTypeLinuxSLL, append(sll[:16:16], p1...)),
 		pcapOf(tb, layers.LinkTypeNull, append(null[:4:4], p2...)),
+		pcapngOf(tb, []layers.LinkType{layers.LinkTypeEthernet, layers.LinkTypeRaw}, append(eth[:14:14], p1...), p2, append(eth[:14:14], p2...)),
 	}
 	var out []struct {
 		eng  uint8
@@ -117,7 +147,8 @@ func fuzzSeeds(tb testing.TB) []struct {
 			}{uint8(i + 1), enc.Bytes()})
 		}
 	}
-	for _, bad := range [][]byte{nil, []byte("not a pcap"), plain[0][:30], pcapOf(tb, layers.LinkTypeIEEE802_11, p1)} {
+	ng := plain[len(plain)-1] // the pcapng: cut in its last record, and in its interface blocks
+	for _, bad := range [][]byte{nil, []byte("not a pcap"), plain[0][:30], pcapOf(tb, layers.LinkTypeIEEE802_11, p1), ng[:len(ng)-10], ng[:40]} {
 		out = append(out, struct {
 			eng  uint8
 			data []byte
