@@ -148,7 +148,8 @@ func TestFrameworkFailover(t *testing.T) {
 		t.Run(f.String(), func(t *testing.T) {
 			// A huge hysteresis keeps the bindings on glxsb when aesni
 			// arrives, until glxsb faults.
-			fw := quietFW(crypto.Options{Hysteresis: 1e6, RequestTimeout: 2 * time.Second, CloseTimeout: 2 * time.Second})
+			watch := providertest.NewRebindWatch()
+			fw := quietFW(crypto.Options{Hysteresis: 1e6, RequestTimeout: 2 * time.Second, CloseTimeout: 2 * time.Second, OnRebind: watch.OnRebind})
 			defer func() {
 				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 				defer cancel()
@@ -163,7 +164,7 @@ func TestFrameworkFailover(t *testing.T) {
 				t.Fatal(err)
 			}
 			// Hold: the fault must meet traffic however late it is injected.
-			tr := &providertest.Traffic{Alg: alg, CipherKey: providertest.RandBytes(16), AuthKey: providertest.RandBytes(20), Hold: true}
+			tr := &providertest.Traffic{Alg: alg, CipherKey: providertest.RandBytes(16), AuthKey: providertest.RandBytes(20), Hold: true, Watch: watch}
 			streams := tr.BindN(t, fw, 4, 300, "glxsb")
 			// aesni arrives after the bindings were made; the hysteresis
 			// keeps them on glxsb. Then traffic starts.

@@ -161,21 +161,24 @@ func TestFailoverOnDeviceDeath(t *testing.T) {
 		{"stall-late", late(stall), true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			fw := quietFW(t, crypto.Options{Hysteresis: 1e6, RequestTimeout: 5 * time.Second})
+			watch := providertest.NewRebindWatch()
+			fw := quietFW(t, crypto.Options{Hysteresis: 1e6, RequestTimeout: 5 * time.Second, OnRebind: watch.OnRebind})
 			var p *virtio.Provider
 			ready := make(chan struct{})
+			removed := make(chan struct{})
 			p = start(t, virtio.Options{KickTimeout: time.Second, OnFault: func(err error) {
 				<-ready
 				fw.ReportFault("virtio", err)
 				ctx, cancel := context.WithTimeout(context.Background(), providertest.WaitLimit)
 				defer cancel()
 				fw.Deregister(ctx, "virtio")
+				close(removed)
 			}})
 			close(ready)
 			if err := fw.Register(context.Background(), p); err != nil {
 				t.Fatal(err)
 			}
-			tr := &providertest.Traffic{Alg: crypto.Algorithm{Cipher: crypto.CipherAESGCM, KeyBits: 128}, CipherKey: providertest.RandBytes(20), Hold: true}
+			tr := &providertest.Traffic{Alg: crypto.Algorithm{Cipher: crypto.CipherAESGCM, KeyBits: 128}, CipherKey: providertest.RandBytes(20), Hold: true, Watch: watch}
 			streams := tr.BindN(t, fw, 4, 300, "virtio")
 			if err := fw.Register(context.Background(), aesni.New()); err != nil {
 				t.Fatal(err)
@@ -192,18 +195,14 @@ func TestFailoverOnDeviceDeath(t *testing.T) {
 				return
 			}
 			// The fault handler deregisters the dead provider.
-			for deadline := time.Now().Add(providertest.WaitLimit); ; time.Sleep(time.Millisecond) {
-				listed := ""
-				for _, ps := range fw.Providers() {
-					if ps.Name == "virtio" {
-						listed = string(ps.State)
-					}
-				}
-				if listed == "" {
-					break
-				}
-				if time.Now().After(deadline) {
-					t.Fatalf("dead virtio provider still listed: %v", listed)
+			select {
+			case <-removed:
+			case <-time.After(providertest.WaitLimit):
+				t.Fatal("the fault handler did not deregister the dead provider")
+			}
+			for _, ps := range fw.Providers() {
+				if ps.Name == "virtio" {
+					t.Fatalf("dead virtio provider still listed: %v", ps.State)
 				}
 			}
 		})

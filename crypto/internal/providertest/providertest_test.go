@@ -3,14 +3,32 @@ package providertest
 import (
 	"bytes"
 	"context"
+	"crypto/aes"
+	"crypto/cipher"
 	"encoding/hex"
 	"encoding/json"
+	"io"
+	"log/slog"
 	"os"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/keelinit/keel/crypto"
+	"github.com/keelinit/keel/crypto/internal/cpuprov"
 )
+
+// stdlib are the standard library's AES and GCM, for in-CPU providers.
+var stdlib = cpuprov.Primitives{
+	NewAES: aes.NewCipher,
+	NewGCM: func(key []byte) (cipher.AEAD, error) {
+		b, err := aes.NewCipher(key)
+		if err != nil {
+			return nil, err
+		}
+		return cipher.NewGCM(b)
+	},
+}
 
 // TestReference checks the stdlib reference against published ESP
 // vectors (testdata/reference_vectors.json, copied from
@@ -115,5 +133,53 @@ func TestSubmitAll(t *testing.T) {
 	SubmitAll(t, s, reqs)
 	if len(s.accept) != 3 || s.accept[0] != reqs[0] || s.accept[2] != reqs[2] || s.calls != 6 {
 		t.Fatalf("accepted %d in %d calls", len(s.accept), s.calls)
+	}
+}
+
+// TestRebindWatch: Wait returns at once for a binding already on the
+// provider, wakes on the framework's rebind to another one, and gives up
+// after its limit when no rebind comes.
+func TestRebindWatch(t *testing.T) {
+	w := NewRebindWatch()
+	fw := crypto.New(crypto.Options{SkipSelfTests: true, CalibrationBudget: time.Millisecond, Hysteresis: 1e9, OnRebind: w.OnRebind,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	defer fw.Close(context.Background())
+	alg := crypto.Algorithm{Cipher: crypto.CipherAESGCM, KeyBits: 128}
+	if err := fw.Register(context.Background(), cpuprov.New(crypto.ProviderInfo{Name: "one"}, stdlib)); err != nil {
+		t.Fatal(err)
+	}
+	b, err := fw.Bind(crypto.SessionParams{Alg: alg, CipherKey: RandBytes(20)}, func([]*crypto.Request) {})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close(context.Background())
+	if err := fw.Register(context.Background(), cpuprov.New(crypto.ProviderInfo{Name: "two"}, stdlib)); err != nil {
+		t.Fatal(err)
+	}
+	if !w.Wait(b, "one", WaitLimit) {
+		t.Fatal("binding not on one")
+	}
+	if w.Wait(b, "two", 10*time.Millisecond) {
+		t.Fatal("Wait for a provider the binding is not on returned true")
+	}
+	blocked := make(chan struct{})
+	w.mu.Lock()
+	w.blocked = blocked
+	w.mu.Unlock()
+	done := make(chan bool)
+	go func() { done <- w.Wait(b, "two", WaitLimit) }()
+	<-blocked // the rebind comes while Wait waits for it
+	if err := fw.Deregister(context.Background(), "one"); err != nil {
+		t.Fatal(err)
+	}
+	// Woken by the rebind, not by its own limit (which it would survive,
+	// the binding being on two by then).
+	select {
+	case ok := <-done:
+		if !ok {
+			t.Fatal("Wait did not see the rebind to two")
+		}
+	case <-time.After(WaitLimit / 2):
+		t.Fatal("Wait was not woken by the rebind")
 	}
 }

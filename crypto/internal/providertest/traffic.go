@@ -28,6 +28,10 @@ type Traffic struct {
 	// test goroutine descheduled on a loaded machine may inject it after
 	// every request completed, and no request ever sees the fault.
 	Hold bool
+	// Watch, if set (its OnRebind installed as the framework's
+	// Options.OnRebind), makes the streams wait for the rebind to the
+	// expected provider as an event instead of polling for it.
+	Watch *RebindWatch
 
 	mu    sync.Mutex
 	fails []string
@@ -149,6 +153,12 @@ func (tr *Traffic) run(s *Stream, started func(), resume <-chan struct{}, wantPr
 		if !bytes.Equal(r.Data, ct) || !bytes.Equal(r.ICV, icv) {
 			tr.fail("request %d: wrong output", x.seq)
 		}
+	}
+	if tr.Watch != nil {
+		if !tr.Watch.Wait(b, wantProvider, WaitLimit) {
+			tr.fail("binding on %q, want %q", b.Provider(), wantProvider)
+		}
+		return
 	}
 	for deadline := time.Now().Add(WaitLimit); b.Provider() != wantProvider; time.Sleep(time.Millisecond) {
 		if time.Now().After(deadline) {
