@@ -6,11 +6,11 @@ import (
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/keelinit/keel/crypto"
 	"github.com/keelinit/keel/crypto/aesni"
 	"github.com/keelinit/keel/crypto/cryptosoft"
+	"github.com/keelinit/keel/internal/testwait"
 	"github.com/keelinit/keel/modules"
 )
 
@@ -104,23 +104,14 @@ func TestDeregisterUnusedCountsMigrations(t *testing.T) {
 	}
 	errA := make(chan error, 1)
 	go func() { errA <- fw.DeregisterUnused(ctx, "a") }()
-	select {
-	case <-entered:
-	case <-time.After(10 * time.Second):
-		t.Fatal("a's removal never started moving the binding to b")
-	}
+	testwait.Recv(t, testwait.Timeout, "a's removal starts moving the binding to b", entered)
 	err = fw.DeregisterUnused(ctx, "b")
 	close(release)
 	if !errors.Is(err, crypto.ErrInUse) {
 		t.Errorf("removing b while a's binding moves to it: %v, want ErrInUse", err)
 	}
-	select {
-	case err := <-errA:
-		if err != nil {
-			t.Fatalf("removing a: %v", err)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("a's removal did not finish")
+	if err, _ := testwait.Recv(t, testwait.Timeout, "a's removal finishes", errA); err != nil {
+		t.Fatalf("removing a: %v", err)
 	}
 	if bind.Provider() != "b" {
 		t.Fatalf("binding on %q, want b", bind.Provider())

@@ -195,11 +195,7 @@ func TestFailoverOnDeviceDeath(t *testing.T) {
 				return
 			}
 			// The fault handler deregisters the dead provider.
-			select {
-			case <-removed:
-			case <-time.After(providertest.WaitLimit):
-				t.Fatal("the fault handler did not deregister the dead provider")
-			}
+			testwait.Recv(t, providertest.WaitLimit, "the fault handler deregisters the dead provider", removed)
 			for _, ps := range fw.Providers() {
 				if ps.Name == "virtio" {
 					t.Fatalf("dead virtio provider still listed: %v", ps.State)

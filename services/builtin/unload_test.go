@@ -10,6 +10,7 @@ import (
 
 	"github.com/keelinit/keel/crypto"
 	"github.com/keelinit/keel/crypto/aesni"
+	"github.com/keelinit/keel/internal/testwait"
 	"github.com/keelinit/keel/ipsec"
 	"github.com/keelinit/keel/ipsec/spd"
 	"github.com/keelinit/keel/modules"
@@ -124,13 +125,8 @@ func TestUnloadProviderInUse(t *testing.T) {
 	// The refusal came from Quiesce, before any module started leaving:
 	// the first events are this unload's.
 	for _, want := range []string{"aesni v1 unloading", "aesni v1 unloaded"} {
-		select {
-		case e := <-events.Events():
-			if e.String() != want {
-				t.Errorf("event %q, want %q (the refused unload must send none)", e, want)
-			}
-		case <-time.After(10 * time.Second):
-			t.Fatalf("no %q event", want)
+		if e, _ := testwait.Recv(t, testwait.Timeout, "event "+want, events.Events()); e.String() != want {
+			t.Errorf("event %q, want %q (the refused unload must send none)", e, want)
 		}
 	}
 
