@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 
@@ -154,9 +155,5 @@ func (b *Binding) Label() string {
 func (f *Framework) Removed() map[string]string {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	out := make(map[string]string, len(f.removed))
-	for n, r := range f.removed {
-		out[n] = r
-	}
-	return out
+	return maps.Clone(f.removed)
 }

@@ -3,8 +3,6 @@ package providertest
 import (
 	"bytes"
 	"context"
-	"crypto/aes"
-	"crypto/cipher"
 	"encoding/hex"
 	"encoding/json"
 	"io"
@@ -15,19 +13,19 @@ import (
 	"time"
 
 	"github.com/keelinit/keel/crypto"
-	"github.com/keelinit/keel/crypto/internal/cpuprov"
+	"github.com/keelinit/keel/crypto/aesni"
 )
 
-// stdlib are the standard library's AES and GCM, for in-CPU providers.
-var stdlib = cpuprov.Primitives{
-	NewAES: aes.NewCipher,
-	NewGCM: func(key []byte) (cipher.AEAD, error) {
-		b, err := aes.NewCipher(key)
-		if err != nil {
-			return nil, err
-		}
-		return cipher.NewGCM(b)
-	},
+// named is a provider under another name (two aesni in one framework).
+type named struct {
+	crypto.Provider
+	name string
+}
+
+func (n named) Info() crypto.ProviderInfo {
+	i := n.Provider.Info()
+	i.Name = n.name
+	return i
 }
 
 // TestReference checks the stdlib reference against published ESP
@@ -145,7 +143,7 @@ func TestRebindWatch(t *testing.T) {
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	defer fw.Close(context.Background())
 	alg := crypto.Algorithm{Cipher: crypto.CipherAESGCM, KeyBits: 128}
-	if err := fw.Register(context.Background(), cpuprov.New(crypto.ProviderInfo{Name: "one"}, stdlib)); err != nil {
+	if err := fw.Register(context.Background(), named{aesni.New(), "one"}); err != nil {
 		t.Fatal(err)
 	}
 	b, err := fw.Bind(crypto.SessionParams{Alg: alg, CipherKey: RandBytes(20)}, func([]*crypto.Request) {})
@@ -153,7 +151,7 @@ func TestRebindWatch(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer b.Close(context.Background())
-	if err := fw.Register(context.Background(), cpuprov.New(crypto.ProviderInfo{Name: "two"}, stdlib)); err != nil {
+	if err := fw.Register(context.Background(), named{aesni.New(), "two"}); err != nil {
 		t.Fatal(err)
 	}
 	if !w.Wait(b, "one", WaitLimit) {
