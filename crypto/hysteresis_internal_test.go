@@ -78,3 +78,52 @@ func TestDefaultHysteresisMargin(t *testing.T) {
 		})
 	}
 }
+
+// prioProv is syncProv with a static priority.
+type prioProv struct {
+	syncProv
+	priority int
+}
+
+func (p prioProv) Info() ProviderInfo {
+	return ProviderInfo{Name: p.name, Kind: KindSoftware, Priority: p.priority}
+}
+
+// TestTieMargin: for a new binding, measured throughputs within 2% of each
+// other are a tie that the static priority breaks; beyond it the faster
+// provider wins whatever its priority. Fixed calibration figures, as in
+// TestDefaultHysteresisMargin.
+func TestTieMargin(t *testing.T) {
+	alg := Algorithm{Cipher: CipherNull, Auth: AuthHMACSHA1_96}
+	for _, tc := range []struct {
+		name    string
+		speedup float64 // "fast"'s throughput relative to "prio"'s
+		want    string
+	}{
+		{"1% faster is a tie: priority wins", 1.01, "prio"},
+		{"3% faster wins over priority", 1.03, "fast"},
+		{"1% slower is a tie: priority wins", 0.99, "prio"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := New(Options{SkipSelfTests: true, Logger: discard()})
+			t.Cleanup(func() { f.Close(context.Background()) })
+			speed := map[string]float64{"prio": 100e6, "fast": 100e6 * tc.speedup}
+			f.measure = func(_ context.Context, p Provider, caps []Capability) (map[Algorithm][len(CalibrationSizes)]float64, string, error) {
+				s := speed[p.Info().Name]
+				out := map[Algorithm][len(CalibrationSizes)]float64{}
+				for _, c := range caps {
+					out[c.Alg] = [len(CalibrationSizes)]float64{s, s, s}
+				}
+				return out, "", nil
+			}
+			for _, p := range []Provider{prioProv{syncProv{"prio"}, 10}, prioProv{syncProv{"fast"}, 0}} {
+				if err := f.Register(context.Background(), p); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if got := f.Best(alg); got != tc.want {
+				t.Errorf("best %q, want %q", got, tc.want)
+			}
+		})
+	}
+}
