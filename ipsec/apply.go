@@ -207,7 +207,7 @@ func (e *Engine) ApplyThen(ctx context.Context, cfg *setkey.Config, prepare func
 	if err := e.spd.Replace(policies); err != nil {
 		return fail(fmt.Errorf("%s: %w", cfgName(cfg), err))
 	}
-	e.sad.Store(buildTable(final))
+	e.sad.Store(e.newTable(final))
 	for _, s := range created {
 		if keep[s] {
 			s.zeroKeys()

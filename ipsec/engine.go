@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"net/netip"
 	"runtime"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -43,6 +44,11 @@ type Options struct {
 	// OpenNonceLedger for keys that must survive restarts. Nil: an
 	// in-memory ledger private to the engine. The engine does not close it.
 	NonceLedger *NonceLedger
+	// PreferOldSA selects, when several SAs qualify for an outbound
+	// packet, the oldest installed one instead of the newest (FreeBSD's
+	// net.key.preferred_oldsa=1; useful while a peer may not yet have the
+	// new SA of a rekey). Default: the newest. See SetPreferOldSA.
+	PreferOldSA bool
 }
 
 // Engine is the ESP engine: the SAD, the SPD and the ESP data path.
@@ -60,6 +66,9 @@ type Engine struct {
 	mu    sync.Mutex // serialises Apply and Close
 	fpKey [32]byte
 	opts  Options
+	// preferOld is the current Options.PreferOldSA (SetPreferOldSA);
+	// written under mu, published in each SAD snapshot.
+	preferOld atomic.Bool
 
 	drops                     dropCounters
 	outPkts, outBytes, bypass atomic.Uint64
@@ -81,6 +90,8 @@ type sadTable struct {
 	bySPI  map[uint32][]*sa
 	byPair map[[2]netip.Addr][]*sa
 	ports  map[uint16]bool // local UDP ports of esp-udp SAs
+	// preferOld: lookupOut prefers the oldest SA (Options.PreferOldSA).
+	preferOld bool
 }
 
 func newEngine(b binder, opts Options) *Engine {
@@ -91,6 +102,7 @@ func newEngine(b binder, opts Options) *Engine {
 		opts.BusyTimeout = time.Second
 	}
 	e := &Engine{bind: b, opts: opts, spd: opts.SPD, stop: make(chan struct{})}
+	e.preferOld.Store(opts.PreferOldSA)
 	if e.spd == nil {
 		e.spd = spd.New()
 	}
@@ -98,7 +110,7 @@ func newEngine(b binder, opts Options) *Engine {
 		e.opts.NonceLedger = NewNonceLedger()
 	}
 	_, _ = crand.Read(e.fpKey[:])
-	e.sad.Store(buildTable(nil))
+	e.sad.Store(e.newTable(nil))
 	e.batches.New = func() any { return &batch{done: make(chan struct{}, 1)} }
 	e.wg.Add(1)
 	go e.housekeeping()
@@ -112,6 +124,10 @@ func NewEngineWithProvider(p crypto.Provider, opts Options) *Engine {
 	return newEngine(providerBinder(p), opts)
 }
 
+// buildTable indexes the SAs all (in installation order: Apply's order
+// of statements, kept SAs where they were) into a new snapshot. Each
+// byPair list is ordered newest first by the time the SA was installed,
+// later in all first among SAs of one Apply, like FreeBSD's savtree_alive.
 func buildTable(all []*sa) *sadTable {
 	t := &sadTable{all: all, bySPI: map[uint32][]*sa{}, byPair: map[[2]netip.Addr][]*sa{}, ports: map[uint16]bool{}}
 	for _, s := range all {
@@ -122,7 +138,34 @@ func buildTable(all []*sa) *sadTable {
 			t.ports[s.cfg.Dst.Port()] = true
 		}
 	}
+	for _, l := range t.byPair {
+		slices.Reverse(l)
+		slices.SortStableFunc(l, func(a, b *sa) int { return b.added.Compare(a.added) })
+	}
 	return t
+}
+
+// newTable is buildTable with the engine's SA preference.
+func (e *Engine) newTable(all []*sa) *sadTable {
+	t := buildTable(all)
+	t.preferOld = e.preferOld.Load()
+	return t
+}
+
+// SetPreferOldSA sets which SA outbound traffic takes when several
+// qualify (see Options.PreferOldSA); it takes effect for the next
+// batches. Safe for concurrent use with the data path.
+func (e *Engine) SetPreferOldSA(old bool) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.closed.Load() || e.preferOld.Load() == old {
+		return
+	}
+	e.preferOld.Store(old)
+	// A new snapshot: every per-batch cache keyed by the SAD snapshot
+	// (batch.out4, batch.in4) lets go of selections made under the old
+	// preference.
+	e.sad.Store(e.newTable(e.sad.Load().all))
 }
 
 // lookupIn finds the inbound SA for (dst, proto, spi). An invalid dst
@@ -140,34 +183,46 @@ func (t *sadTable) lookupIn(spi uint32, dst netip.Addr, udp bool) *sa {
 	return nil
 }
 
-// lookupOut picks the outbound SA for a request between src and dst: a
-// usable SA of the request's mode (or mode any) and reqid (for unique
-// levels), preferring mature over dying and then the most recently added.
+// lookupOut picks the outbound SA for request r of a matching policy,
+// between src and dst (the request's tunnel endpoints, or the packet's
+// addresses in transport mode), as FreeBSD's key_allocsa_policy does: the
+// candidates are the usable (mature or dying) SAs with those endpoints,
+// of the request's mode (or mode any) and, for a unique level with a
+// reqid, of that reqid; of them it takes the newest installed, or the
+// oldest when the table prefers old SAs (net.key.preferred_oldsa,
+// Options.PreferOldSA). byPair lists are newest first (buildTable). A
+// chosen SA stays the choice while it is usable and the table is the
+// same: other SAs only ever leave the candidates.
 func (t *sadTable) lookupOut(src, dst netip.Addr, r *spd.IPsecRequest) *sa {
 	var best *sa
 	for _, s := range t.byPair[[2]netip.Addr{src, dst}] {
-		st := s.state.Load()
-		if st > stateDying {
+		if !s.usable() || !s.serves(r) {
 			continue
 		}
-		if s.cfg.Mode != spd.ModeAny && s.cfg.Mode != r.Mode {
-			continue
+		if !t.preferOld {
+			return s
 		}
-		if r.Level == spd.LevelUnique && r.ReqID != 0 && s.cfg.ReqID != r.ReqID {
-			continue
-		}
-		if best == nil || st < best.state.Load() || (st == best.state.Load() && !s.added.Before(best.added)) {
-			best = s
-		}
+		best = s
 	}
 	return best
 }
 
-// hasDead reports whether a matching SA exists but is past its hard
-// lifetime (to count DropExpired rather than DropNoOutSA).
-func (t *sadTable) hasDead(src, dst netip.Addr) bool {
+// serves reports whether SA s may carry traffic of request r (endpoints
+// aside): its mode is r's or any, and for a unique request with a reqid
+// it has that reqid.
+func (s *sa) serves(r *spd.IPsecRequest) bool {
+	if s.cfg.Mode != spd.ModeAny && s.cfg.Mode != r.Mode {
+		return false
+	}
+	return r.Level != spd.LevelUnique || r.ReqID == 0 || s.cfg.ReqID == r.ReqID
+}
+
+// hasDead reports whether an SA that would serve r between src and dst
+// exists but is past its hard lifetime (to count DropExpired rather than
+// DropNoOutSA).
+func (t *sadTable) hasDead(src, dst netip.Addr, r *spd.IPsecRequest) bool {
 	for _, s := range t.byPair[[2]netip.Addr{src, dst}] {
-		if s.state.Load() == stateDead {
+		if s.state.Load() == stateDead && s.serves(r) {
 			return true
 		}
 	}

@@ -33,14 +33,18 @@ func (e *Engine) Outbound(pkts []*Packet) {
 	b := e.getBatch()
 	tab := e.sad.Load()
 	var (
-		lastFlow  spd.Flow
-		lastH     ipHeader
-		cur       ipHeader
-		lastK0    uint64
-		lastK1    uint64
-		haveKey   bool
-		lastPol   *spd.Policy
-		havePol   bool
+		lastFlow spd.Flow
+		lastH    ipHeader
+		cur      ipHeader
+		lastK0   uint64
+		lastK1   uint64
+		haveKey  bool
+		lastPol  *spd.Policy
+		havePol  bool
+		// lastSA is the SA selected for request lastReq between the
+		// addresses lastPair: the selection depends on the request
+		// (its reqid, level and mode) as well as on the endpoints.
+		lastReq   *spd.IPsecRequest
 		lastPair  [2]netip.Addr
 		lastSA    *sa
 		runSA     *sa
@@ -158,9 +162,9 @@ func (e *Engine) Outbound(pkts []*Packet) {
 		if tunnel {
 			pair = [2]netip.Addr{r.Src, r.Dst}
 		}
-		if lastSA == nil || pair != lastPair || !lastSA.usable() {
+		if lastSA == nil || r != lastReq || pair != lastPair || !lastSA.usable() {
 			lastSA = tab.lookupOut(pair[0], pair[1], r)
-			lastPair = pair
+			lastReq, lastPair = r, pair
 		}
 		s := lastSA
 		if s == nil {
@@ -169,7 +173,7 @@ func (e *Engine) Outbound(pkts []*Packet) {
 				e.bypass.Add(1)
 				continue
 			}
-			if tab.hasDead(pair[0], pair[1]) {
+			if tab.hasDead(pair[0], pair[1], r) {
 				e.drop(p, nil, DropExpired)
 			} else {
 				e.drop(p, nil, DropNoOutSA)
