@@ -82,6 +82,11 @@ type Engine struct {
 	// testIV, set only by tests, overrides the IV of every outbound
 	// packet (to reproduce published vectors).
 	testIV func(iv []byte)
+	// generalOnly, set only by tests before the first batch, sends every
+	// packet through the general path: no outFast4 or inFast4, no reuse
+	// of a flow's SA or of an SA's policy decision, no encapTunnel4 or
+	// setSeqTunnel4 (the fast paths are checked against it).
+	generalOnly bool
 }
 
 // sadTable is an immutable snapshot of the SAD.
@@ -453,9 +458,13 @@ func (e *Engine) completeIn(s *sa, done []*crypto.Request) {
 	var fr finishRun
 	var n, bytes int
 	w := s.win
+	general := e.generalOnly
 	for _, r := range done {
 		p := r.User.(*Packet)
 		fr.add(p)
+		if general {
+			pc.valid = false
+		}
 		if w != nil && r.Status == crypto.StatusOK && !w.Advance(p.Seq) && !w.Update(p.Seq) {
 			p.Drop = DropReplay
 		}

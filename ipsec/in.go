@@ -38,7 +38,8 @@ func (e *Engine) Inbound(pkts []*Packet) {
 	b := e.getBatch()
 	tab := e.sad.Load()
 	var run inRun
-	if c := &b.in4; c.tab == tab && c.s.usable() {
+	fast := !e.generalOnly
+	if c := &b.in4; fast && c.tab == tab && c.s.usable() {
 		s := c.s
 		run = inRun{s: s, w: s.win, esn: s.cfg.ESN, ivLen: s.ivLen, icvLen: s.icvLen}
 		run.setFast4(c.spi, c.dst4)
@@ -73,7 +74,7 @@ func (e *Engine) Inbound(pkts []*Packet) {
 		}
 		// Later plain IPv4 packets of this SA (not ESP in UDP) take
 		// inFast4 while the run lasts.
-		if p.l3len == 20 && p.Frame == FrameIP && !sc.udp && !p.v6 {
+		if p.l3len == 20 && p.Frame == FrameIP && !sc.udp && !p.v6 && fast {
 			run.setFast4(sc.spi, sc.dst.As4())
 		}
 		if run.w != nil && !run.locked {

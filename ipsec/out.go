@@ -59,7 +59,8 @@ func (e *Engine) Outbound(pkts []*Packet) {
 	// a decision saved under it was made on that generation or a later
 	// one, which a later call then no longer matches.
 	gen := e.spd.Generation()
-	if c := &b.out4; c.tab == tab && c.gen == gen && c.s.state.Load() == stateMature {
+	fast := !e.generalOnly
+	if c := &b.out4; fast && c.tab == tab && c.gen == gen && c.s.state.Load() == stateMature {
 		lastK0, lastK1, lastH, haveKey = c.k0, c.k1, c.h, true
 		flowSA, flowTunnel = c.s, c.tunnel
 	}
@@ -184,7 +185,7 @@ func (e *Engine) Outbound(pkts []*Packet) {
 			tunnel = s.cfg.Mode == spd.ModeTunnel
 		}
 		var dr DropReason
-		if tunnel && s.fast4 {
+		if tunnel && s.fast4 && fast {
 			nh := uint8(protoIPIP)
 			if h.v6 {
 				nh = protoIPv6
@@ -197,7 +198,7 @@ func (e *Engine) Outbound(pkts []*Packet) {
 			e.drop(p, s, dr)
 			continue
 		}
-		if haveKey && h == &lastH {
+		if haveKey && h == &lastH && fast {
 			flowSA, flowTunnel = s, tunnel
 		}
 		if s != runSA || tunnel != runTunnel {
@@ -272,7 +273,7 @@ func (e *Engine) flushOut(b *batch, s *sa, tunnel bool) {
 	}
 	first, ok := s.reserve(len(reqs))
 	bytes := 0
-	if tunnel && s.fast4 && !s.cfg.ESN && e.testIV == nil {
+	if tunnel && s.fast4 && !s.cfg.ESN && e.testIV == nil && !e.generalOnly {
 		// Every packet of the run has encapTunnel4's layout, with its
 		// condition decided once per run.
 		bytes = setSeqTunnel4(reqs[:ok], s, first)
