@@ -24,15 +24,15 @@ type mSA struct {
 // mPolicy is an SPD entry as the model sees it. Zero prefixes, proto and
 // ports are wildcards.
 type mPolicy struct {
-	dir              spd.Dir
-	src, dst         netip.Prefix
-	proto            uint8
-	sport, dport     uint16
-	action           spd.Action
-	mode             spd.Mode // of the request (ipsec)
-	rsrc, rdst       netip.Addr
-	level            spd.Level
-	reqid            uint32
+	dir          spd.Dir
+	src, dst     netip.Prefix
+	proto        uint8
+	sport, dport uint16
+	action       spd.Action
+	mode         spd.Mode // of the request (ipsec)
+	rsrc, rdst   netip.Addr
+	level        spd.Level
+	reqid        uint32
 }
 
 // mFlow is the tuple a policy selects on (ICMP: type and code as ports).
