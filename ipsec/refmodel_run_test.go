@@ -125,7 +125,7 @@ func (r *modelRig) apply(c, prev genConfig) *model {
 			all.sas = append(all.sas, s)
 		}
 	}
-	applyText(r.t, r.snd, all.text(func(s genSA) uint32 { return s.spi }))
+	applyText(r.t, r.snd, all.text(senderReqID))
 	return r.g.model(c, r.preferOld)
 }
 
@@ -340,9 +340,14 @@ func (g *gen) servedFlow(c genConfig) (f mFlow, s genSA, tunnel, ok bool) {
 	return f, pick(g.r, sas), p.mode == spd.ModeTunnel, true
 }
 
-// send encapsulates plain on SA s through the sender engine.
+// senderReqID is the reqid of SA s in the sender engine, which selects
+// it alone: SAs with the same endpoints differ in SPI or port.
+func senderReqID(s genSA) uint32 { return s.spi + uint32(s.dst.Port())<<16 }
+
+// send encapsulates plain on SA s through the sender engine, whose SAs
+// have the reqids senderReqID.
 func (r *modelRig) send(s genSA, f mFlow, tunnel bool, plain []byte) []byte {
-	req := spd.IPsecRequest{Mode: spd.ModeTransport, Level: spd.LevelUnique, ReqID: s.spi}
+	req := spd.IPsecRequest{Mode: spd.ModeTransport, Level: spd.LevelUnique, ReqID: senderReqID(s)}
 	if tunnel {
 		req.Mode, req.Src, req.Dst = spd.ModeTunnel, s.src.Addr(), s.dst.Addr()
 	}
