@@ -54,15 +54,21 @@ type Options struct {
 // Engine is the ESP engine: the SAD, the SPD and the ESP data path.
 //
 // Outbound and Inbound are safe for concurrent use from any number of
-// goroutines and may run concurrently with Apply (a batch sees either the
-// old or the new configuration for each lookup, and a packet whose SA is
-// deleted mid-batch is dropped with DropBusy or DropExpired). Status
+// goroutines and may run concurrently with Apply: each call runs under
+// one configuration, the SAD and SPD as one Apply published them (never
+// the policies of one with the SAs of another), and a packet whose SA is
+// deleted mid-batch is dropped with DropBusy, DropExpired or
+// DropSeqOverflow. A change made to the SPD directly (SPD()) is seen by
+// the calls that start after it. Status
 // methods are safe at any time. After Close, Apply fails with ErrClosed
 // and Outbound/Inbound drop everything with DropNoSA/DropNoPolicy.
 type Engine struct {
-	bind  binder
-	spd   *spd.SPD
-	sad   atomic.Pointer[sadTable]
+	bind binder
+	spd  *spd.SPD
+	sad  atomic.Pointer[sadTable]
+	// pub is odd while Apply or Close publishes a new SPD and SAD (the
+	// SPD first): see snapshot.
+	pub   atomic.Uint64
 	mu    sync.Mutex // serialises Apply and Close
 	fpKey [32]byte
 	opts  Options
@@ -97,6 +103,9 @@ type sadTable struct {
 	ports  map[uint16]bool // local UDP ports of esp-udp SAs
 	// preferOld: lookupOut prefers the oldest SA (Options.PreferOldSA).
 	preferOld bool
+	// pol is the SPD generation published with this snapshot (see
+	// Engine.snapshot).
+	pol spd.View
 }
 
 func newEngine(b binder, opts Options) *Engine {
@@ -115,7 +124,9 @@ func newEngine(b binder, opts Options) *Engine {
 		e.opts.NonceLedger = NewNonceLedger()
 	}
 	_, _ = crand.Read(e.fpKey[:])
-	e.sad.Store(e.newTable(nil))
+	t := e.newTable(nil)
+	t.pol = e.spd.View()
+	e.sad.Store(t)
 	e.batches.New = func() any { return &batch{done: make(chan struct{}, 1)} }
 	e.wg.Add(1)
 	go e.housekeeping()
@@ -170,7 +181,28 @@ func (e *Engine) SetPreferOldSA(old bool) {
 	// A new snapshot: every per-batch cache keyed by the SAD snapshot
 	// (batch.out4, batch.in4) lets go of selections made under the old
 	// preference.
-	e.sad.Store(e.newTable(e.sad.Load().all))
+	t := e.newTable(e.sad.Load().all)
+	t.pol = e.spd.View()
+	e.sad.Store(t)
+}
+
+// snapshot returns the configuration a batch runs under: the SAD
+// snapshot and the SPD generation that go together. Apply publishes the
+// SPD, then the SAD; a batch that started in between would otherwise
+// select SAs of the old configuration for policies of the new one (or
+// check an SA of the old one against the new policies). When no Apply
+// published anything while the two were read, they belong together (the
+// SPD may also have been changed directly, without Apply: that change is
+// seen); otherwise the batch takes the SPD generation published with the
+// SAD snapshot it got.
+func (e *Engine) snapshot() (*sadTable, spd.View) {
+	p := e.pub.Load()
+	tab := e.sad.Load()
+	v := e.spd.View()
+	if p&1 == 0 && e.pub.Load() == p {
+		return tab, v
+	}
+	return tab, tab.pol
 }
 
 // lookupIn finds the inbound SA for (dst, proto, spi). An invalid dst
@@ -223,11 +255,11 @@ func (s *sa) serves(r *spd.IPsecRequest) bool {
 }
 
 // hasDead reports whether an SA that would serve r between src and dst
-// exists but is past its hard lifetime (to count DropExpired rather than
-// DropNoOutSA).
+// exists but is past its hard lifetime, or was deleted by an Apply while
+// the batch ran (to count DropExpired rather than DropNoOutSA).
 func (t *sadTable) hasDead(src, dst netip.Addr, r *spd.IPsecRequest) bool {
 	for _, s := range t.byPair[[2]netip.Addr{src, dst}] {
-		if s.state.Load() == stateDead && s.serves(r) {
+		if s.state.Load() >= stateDead && s.serves(r) {
 			return true
 		}
 	}
@@ -243,6 +275,10 @@ type batch struct {
 	// pf keeps the bytes read ahead by head (so that the loads are not
 	// optimised away).
 	pf byte
+	// view is the SPD generation of the Inbound call using the batch
+	// (Engine.snapshot): its packets' policy checks, in their
+	// completions too, are on it.
+	view spd.View
 	// in4 is the SA of the last inbound run of plain IPv4 ESP packets
 	// that used this batch (with the SAD snapshot it was found in): the
 	// next Inbound call on the same snapshot starts with it, so that its
@@ -255,7 +291,8 @@ type batch struct {
 	}
 	// out4 is Outbound's flow state at the end of the last call that used
 	// this batch: the last simple IPv4 flow (its 5-tuple bytes and header)
-	// and the SA and mode it went out on, with the SPD generation and SAD
+	// with its policy, and the SA and mode it went out on, with the SPD
+	// generation and SAD
 	// snapshot its policy and SA were selected in. The next Outbound call
 	// starts with it while both are unchanged and the SA is still mature
 	// (so that lookupOut would select it again). A pooled batch may keep a
@@ -266,6 +303,7 @@ type batch struct {
 		tab    *sadTable
 		k0, k1 uint64
 		h      ipHeader
+		pol    *spd.Policy // the flow's policy
 		s      *sa
 		tunnel bool
 	}
@@ -445,16 +483,9 @@ func (e *Engine) completeOut(s *sa, done []*crypto.Request) {
 // ICV verified), then finishIn. The SA lock is held once for the whole
 // run: it covers the window and the SA's policy decision (sa.inPol).
 func (e *Engine) completeIn(s *sa, done []*crypto.Request) {
-	// The SPD generation before any policy lookup of this run
-	// (finishInner): see polCache.
-	gen := e.spd.Generation()
 	s.mu.Lock()
 	var pc polCache
-	if s.inPol.gen == gen {
-		pc = s.inPol
-	}
-	pc.gen = gen
-	pc0 := pc
+	var cur *batch
 	var fr finishRun
 	var n, bytes int
 	w := s.win
@@ -462,6 +493,17 @@ func (e *Engine) completeIn(s *sa, done []*crypto.Request) {
 	for _, r := range done {
 		p := r.User.(*Packet)
 		fr.add(p)
+		if b := p.b; b != cur {
+			// The packets of another Inbound call: their policy
+			// decisions are on its SPD view (see polCache).
+			cur = b
+			if g := b.view.Generation(); g != pc.gen || !pc.valid {
+				pc = polCache{gen: g}
+				if s.inPol.gen == g {
+					pc = s.inPol
+				}
+			}
+		}
 		if general {
 			pc.valid = false
 		}
@@ -473,7 +515,7 @@ func (e *Engine) completeIn(s *sa, done []*crypto.Request) {
 			bytes += p.bytes
 		}
 	}
-	if pc != pc0 && pc.valid {
+	if pc.valid && pc != s.inPol {
 		s.inPol = pc
 	}
 	s.mu.Unlock()
@@ -532,8 +574,10 @@ func (e *Engine) Close(ctx context.Context) error {
 	}
 	close(e.stop)
 	e.wg.Wait()
-	old := e.sad.Swap(buildTable(nil))
+	e.pub.Add(1)
+	old := e.sad.Swap(e.newTable(nil)) // no policies: a zero View
 	e.spd.Flush()
+	e.pub.Add(1)
 	for _, s := range old.all {
 		s.close(ctx)
 	}

@@ -31,7 +31,7 @@ func (e *Engine) Outbound(pkts []*Packet) {
 		return
 	}
 	b := e.getBatch()
-	tab := e.sad.Load()
+	tab, view := e.snapshot()
 	var (
 		lastFlow spd.Flow
 		lastH    ipHeader
@@ -55,13 +55,15 @@ func (e *Engine) Outbound(pkts []*Packet) {
 		flowSA     *sa
 		flowTunnel bool
 	)
-	// The SPD generation is read before any policy lookup of this call:
-	// a decision saved under it was made on that generation or a later
-	// one, which a later call then no longer matches.
-	gen := e.spd.Generation()
+	// Every policy lookup of this call is on view: a decision saved
+	// under its generation holds while a later call gets the same one.
+	gen := view.Generation()
 	fast := !e.generalOnly
 	if c := &b.out4; fast && c.tab == tab && c.gen == gen && c.s.state.Load() == stateMature {
 		lastK0, lastK1, lastH, haveKey = c.k0, c.k1, c.h, true
+		// The flow's policy too: a packet of the flow whose SA is no
+		// longer usable takes the SA selection below with it.
+		lastPol, havePol = c.pol, true
 		flowSA, flowTunnel = c.s, c.tunnel
 	}
 	for i := 0; i < len(pkts); i++ {
@@ -128,7 +130,7 @@ func (e *Engine) Outbound(pkts []*Packet) {
 			f := flowOf(d[:h.total], h)
 			if !havePol || f != lastFlow {
 				lastPol, havePol = nil, true
-				if pol, ok := e.spd.Lookup(spd.DirOut, f); ok {
+				if pol, ok := view.Lookup(spd.DirOut, f); ok {
 					lastPol = pol
 				}
 				lastFlow = f
@@ -209,9 +211,9 @@ func (e *Engine) Outbound(pkts []*Packet) {
 	}
 	e.flushOut(b, runSA, runTunnel)
 	if c := &b.out4; flowSA != nil {
-		c.gen, c.tab, c.k0, c.k1, c.h, c.s, c.tunnel = gen, tab, lastK0, lastK1, lastH, flowSA, flowTunnel
+		c.gen, c.tab, c.k0, c.k1, c.h, c.pol, c.s, c.tunnel = gen, tab, lastK0, lastK1, lastH, lastPol, flowSA, flowTunnel
 	} else {
-		c.s, c.tab = nil, nil
+		c.s, c.tab, c.pol = nil, nil, nil
 	}
 	e.wait(b)
 }
