@@ -68,8 +68,34 @@ var (
 	genLocal6 = netip.MustParseAddr("2001:db8::1")
 )
 
-func newGen(seed uint64) *gen {
-	g := &gen{r: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)), nextSPI: 0x1000, serials: map[uint32]int{}, xfs: map[uint32]int{}}
+func newGen(seed uint64) *gen { return newGenRand(rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))) }
+
+// byteSource is a rand.Source that draws from fuzz input (8 bytes per
+// number), then from a PCG seeded with what it read: the input decides
+// the generator's first choices (peers, SAs, policies, traffic).
+type byteSource struct {
+	b   []byte
+	pcg *rand.PCG
+	h   uint64
+}
+
+func (s *byteSource) Uint64() uint64 {
+	if len(s.b) > 0 {
+		var w [8]byte
+		n := copy(w[:], s.b)
+		s.b = s.b[n:]
+		v := binary.LittleEndian.Uint64(w[:])
+		s.h = s.h*0x100000001b3 ^ v
+		return v
+	}
+	if s.pcg == nil {
+		s.pcg = rand.NewPCG(s.h, ^s.h)
+	}
+	return s.pcg.Uint64()
+}
+
+func newGenRand(r *rand.Rand) *gen {
+	g := &gen{r: r, nextSPI: 0x1000, serials: map[uint32]int{}, xfs: map[uint32]int{}}
 	n := 1 + g.r.IntN(16)
 	for k := range n {
 		p := genPeer{k: k, inner6: g.r.IntN(3) == 0}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"flag"
+	"math/rand/v2"
 	"fmt"
 	"net/netip"
 	"os"
@@ -60,8 +61,22 @@ func TestAgainstModel(t *testing.T) {
 	}
 	for i := range runs {
 		s := seed + uint64(i)
-		t.Run(fmt.Sprint(s), func(t *testing.T) { runModel(t, s, 4) })
+		t.Run(fmt.Sprint(s), func(t *testing.T) { runModel(t, newGen(s), 4) })
 	}
+}
+
+// FuzzAgainstModel is TestAgainstModel's property with the generator's
+// choices taken from the input (byteSource): the configuration, its
+// changes and the traffic. Seed corpus: testdata/fuzz/FuzzAgainstModel.
+func FuzzAgainstModel(f *testing.F) {
+	f.Add([]byte{})
+	f.Add([]byte("\x0f\x00\x00\x00\x00\x00\x00\x00two policies to one peer"))
+	f.Fuzz(func(t *testing.T, in []byte) {
+		if len(in) > 4096 {
+			return
+		}
+		runModel(t, newGenRand(rand.New(&byteSource{b: in})), 2)
+	})
 }
 
 // modelRig is the engines of one model run: e (all paths), gp (general
@@ -81,8 +96,7 @@ type modelRig struct {
 	stats map[string]int
 }
 
-func runModel(t *testing.T, seed uint64, rounds int) {
-	g := newGen(seed)
+func runModel(t *testing.T, g *gen, rounds int) {
 	rig := &modelRig{t: t, g: g, preferOld: g.r.IntN(2) == 0, pool: NewPool(0), stats: map[string]int{}}
 	defer func() { t.Logf("%d peers, preferOld %v, outcomes %v", len(g.peers), rig.preferOld, rig.stats) }()
 	rig.e = newTestEngine(t, Options{PreferOldSA: rig.preferOld})
