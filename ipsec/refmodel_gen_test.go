@@ -68,7 +68,9 @@ var (
 	genLocal6 = netip.MustParseAddr("2001:db8::1")
 )
 
-func newGen(seed uint64) *gen { return newGenRand(rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))) }
+func newGen(seed uint64) *gen {
+	return newGenRand(rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)))
+}
 
 // byteSource is a rand.Source that draws from fuzz input (8 bytes per
 // number), then from a PCG seeded with what it read: the input decides
