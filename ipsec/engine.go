@@ -435,15 +435,17 @@ type finishRun struct {
 }
 
 // add counts p, releasing the previous batch's run if p belongs to
-// another batch.
-func (f *finishRun) add(p *Packet) {
+// another batch; it reports whether p starts the run of another batch.
+func (f *finishRun) add(p *Packet) bool {
 	if b := p.b; b != f.cur {
 		if f.cur != nil {
 			f.cur.finish(f.k)
 		}
-		f.cur, f.k = b, 0
+		f.cur, f.k = b, 1
+		return true
 	}
 	f.k++
+	return false
 }
 
 // flush releases the last run.
@@ -485,27 +487,20 @@ func (e *Engine) completeOut(s *sa, done []*crypto.Request) {
 func (e *Engine) completeIn(s *sa, done []*crypto.Request) {
 	s.mu.Lock()
 	var pc polCache
-	var cur *batch
 	var fr finishRun
 	var n, bytes int
 	w := s.win
-	general := e.generalOnly
 	for _, r := range done {
 		p := r.User.(*Packet)
-		fr.add(p)
-		if b := p.b; b != cur {
+		if fr.add(p) {
 			// The packets of another Inbound call: their policy
 			// decisions are on its SPD view (see polCache).
-			cur = b
-			if g := b.view.Generation(); g != pc.gen || !pc.valid {
+			if g := p.b.view.Generation(); g != pc.gen || !pc.valid {
 				pc = polCache{gen: g}
 				if s.inPol.gen == g {
 					pc = s.inPol
 				}
 			}
-		}
-		if general {
-			pc.valid = false
 		}
 		if w != nil && r.Status == crypto.StatusOK && !w.Advance(p.Seq) && !w.Update(p.Seq) {
 			p.Drop = DropReplay

@@ -628,7 +628,8 @@ func (e *Engine) finishInner(p *Packet, s *sa, pc *polCache, nh uint8, ps, pe in
 	f := flowOf(d, &h)
 	pol, ok := p.b.view.Lookup(spd.DirIn, f)
 	ok = ok && policyAllows(pol, s, tunnel)
-	*pc = polCache{gen: pc.gen, valid: simple, tunnel: tunnel, k0: k0, k1: k1, ok: ok}
+	// (Engine.generalOnly: no decision is reused.)
+	*pc = polCache{gen: pc.gen, valid: simple && !e.generalOnly, tunnel: tunnel, k0: k0, k1: k1, ok: ok}
 	if !ok {
 		e.drop(p, s, DropPolicy)
 		return false
