@@ -186,6 +186,10 @@ func (e *Engine) SetPreferOldSA(old bool) {
 	e.sad.Store(t)
 }
 
+// PreferOldSA reports the current SA preference (Options.PreferOldSA,
+// SetPreferOldSA).
+func (e *Engine) PreferOldSA() bool { return e.preferOld.Load() }
+
 // snapshot returns the configuration a batch runs under: the SAD
 // snapshot and the SPD generation that go together. Apply publishes the
 // SPD, then the SAD; a batch that started in between would otherwise
