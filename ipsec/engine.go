@@ -296,8 +296,8 @@ type batch struct {
 	// out4 is Outbound's flow state at the end of the last call that used
 	// this batch: the last simple IPv4 flow (its 5-tuple bytes and header)
 	// with its policy, and the SA and mode it went out on, with the SPD
-	// generation and SAD
-	// snapshot its policy and SA were selected in. The next Outbound call
+	// generation and SAD snapshot its policy and SA were selected in
+	// (both from Engine.snapshot). The next Outbound call
 	// starts with it while both are unchanged and the SA is still mature
 	// (so that lookupOut would select it again). A pooled batch may keep a
 	// replaced SAD snapshot (and its SAs, keys already zeroed) reachable
