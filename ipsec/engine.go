@@ -46,8 +46,10 @@ type Options struct {
 	NonceLedger *NonceLedger
 	// PreferOldSA selects, when several SAs qualify for an outbound
 	// packet, the oldest installed one instead of the newest (FreeBSD's
-	// net.key.preferred_oldsa=1; useful while a peer may not yet have the
-	// new SA of a rekey). Default: the newest. See SetPreferOldSA.
+	// net.key.preferred_oldsa=1, draft-jenkins-ipsec-rekeying: useful
+	// while a peer may not yet have the new SA of a rekey). Default: the
+	// newest (FreeBSD's kernel defaults to the oldest). See
+	// SetPreferOldSA.
 	PreferOldSA bool
 }
 
@@ -59,8 +61,7 @@ type Options struct {
 // the policies of one with the SAs of another), and a packet whose SA is
 // deleted mid-batch is dropped with DropBusy, DropExpired or
 // DropSeqOverflow. A change made to the SPD directly (SPD()) is seen by
-// the calls that start after it. Status
-// methods are safe at any time. After Close, Apply fails with ErrClosed
+// the calls that start after it. Status methods are safe at any time. After Close, Apply fails with ErrClosed
 // and Outbound/Inbound drop everything with DropNoSA/DropNoPolicy.
 type Engine struct {
 	bind binder
