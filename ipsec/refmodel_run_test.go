@@ -315,6 +315,17 @@ func (r *modelRig) inbound(m *model, c, prev genConfig, flows []mFlow, own []inI
 			}
 		}
 	}
+	for i, it := range items {
+		// The fast and general paths agree on everything a caller
+		// reads, not only on what the model predicts (Data only when
+		// the packet is not dropped).
+		p, q := ps[i], qs[i]
+		if p.Verdict != q.Verdict || p.Drop != q.Drop || p.SPI != q.SPI || p.Seq != q.Seq || p.Src != q.Src || p.Dst != q.Dst ||
+			(p.Verdict != VerdictDrop && !bytes.Equal(p.Data(), q.Data())) {
+			rows = append(rows, fmt.Sprintf("%3d %-8s %-58s fast and general paths differ: %v %v %#x/%d %v>%v, %v %v %#x/%d %v>%v", i, "both", it.what,
+				p.Verdict, p.Drop, p.SPI, p.Seq, p.Src, p.Dst, q.Verdict, q.Drop, q.SPI, q.Seq, q.Src, q.Dst))
+		}
+	}
 	report(t, "inbound", rows)
 	r.release(ps)
 	r.release(qs)
