@@ -187,6 +187,10 @@ func (r *modelRig) outbound(m *model, flows []mFlow, n int) []inItem {
 				rows = append(rows, fmt.Sprintf("%3d %-8s %-44s %s", i, []string{"engine", "general"}[k], f, msg))
 			}
 		}
+		if p, q := ps[i], qs[i]; p.Verdict != q.Verdict || p.Drop != q.Drop || p.SPI != q.SPI || p.Seq != q.Seq || p.Src != q.Src || p.Dst != q.Dst {
+			rows = append(rows, fmt.Sprintf("%3d %-8s %-44s fast and general paths differ: %v %v %#x/%d, %v %v %#x/%d", i, "both", f,
+				p.Verdict, p.Drop, p.SPI, p.Seq, q.Verdict, q.Drop, q.SPI, q.Seq))
+		}
 		if want.verdict != VerdictForward || ps[i].Verdict != VerdictForward {
 			continue
 		}
