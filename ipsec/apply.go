@@ -32,8 +32,8 @@ type sadKey struct {
 // Apply applies a parsed setkey configuration all-or-nothing: it runs the
 // statements in order against a copy of the current SAD and SPD, binds
 // crypto for every new SA, and only if all of that succeeds installs the
-// result (the SAD, then the SPD). On error nothing changes and new
-// bindings are closed.
+// result (the SPD and the SAD, which a batch sees together: see
+// Engine.snapshot). On error nothing changes and new bindings are closed.
 //
 // An SA that is still present afterwards with the same identity, mode,
 // algorithm and keys keeps its state (sequence numbers, replay window,
@@ -203,11 +203,21 @@ func (e *Engine) ApplyThen(ctx context.Context, cfg *setkey.Config, prepare func
 			return fail(err)
 		}
 	}
-	// Replace cannot fail here: the policies were validated above.
-	if err := e.spd.Replace(policies); err != nil {
+	// The SPD, then the SAD, published inside an odd pub: a batch that
+	// overlaps takes the SPD generation published with its SAD snapshot
+	// (snapshot). Replace cannot fail here: the policies were validated
+	// above.
+	tab := e.newTable(final)
+	e.pub.Add(1)
+	err := e.spd.Replace(policies)
+	if err == nil {
+		tab.pol = e.spd.View()
+		e.sad.Store(tab)
+	}
+	e.pub.Add(1)
+	if err != nil {
 		return fail(fmt.Errorf("%s: %w", cfgName(cfg), err))
 	}
-	e.sad.Store(buildTable(final))
 	for _, s := range created {
 		if keep[s] {
 			s.zeroKeys()

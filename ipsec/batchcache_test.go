@@ -96,16 +96,27 @@ func TestCrossBatchCaches(t *testing.T) {
 	in(out(VerdictForward, DropNone, 0x1001), VerdictDrop, DropNoSA)
 	applyText(t, eb, cb)
 
-	// Outbound: a second, newer SA for the pair is preferred; once it is
-	// dying, the older mature one is.
+	// Outbound: a second, newer SA for the pair is preferred, dying too
+	// (FreeBSD's key_allocsa_policy takes the newest of the mature and
+	// dying SAs); once it is dead, the older one is. With PreferOldSA the
+	// older one is, from the next call on.
 	two := strings.Replace(ca, "spdadd", "add "+tp.a.String()+" "+tp.b.String()+" esp 0x1003 -m tunnel "+tp.xform.spec+";\nspdadd", 1)
 	applyText(t, ea, two)
 	out(VerdictForward, DropNone, 0x1003)
 	out(VerdictForward, DropNone, 0x1003)
-	for _, s := range ea.sad.Load().all {
-		if s.cfg.SPI == 0x1003 {
-			s.setState(stateDying)
+	ea.SetPreferOldSA(true)
+	out(VerdictForward, DropNone, 0x1001)
+	ea.SetPreferOldSA(false)
+	out(VerdictForward, DropNone, 0x1003)
+	setState := func(st uint32) {
+		for _, s := range ea.sad.Load().all {
+			if s.cfg.SPI == 0x1003 {
+				s.setState(st)
+			}
 		}
 	}
+	setState(stateDying)
+	out(VerdictForward, DropNone, 0x1003)
+	setState(stateDead)
 	out(VerdictForward, DropNone, 0x1001)
 }

@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"net/netip"
 	"runtime"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -47,23 +48,38 @@ type Options struct {
 	// "ipsec": "ipsec SA esp 192.0.2.1->192.0.2.2 spi 0x1001"), so that
 	// a refused provider unload says whose SAs hold it. Optional.
 	Name string
+	// PreferOldSA selects, when several SAs qualify for an outbound
+	// packet, the oldest installed one instead of the newest (FreeBSD's
+	// net.key.preferred_oldsa=1, draft-jenkins-ipsec-rekeying: useful
+	// while a peer may not yet have the new SA of a rekey). Default: the
+	// newest (FreeBSD's kernel defaults to the oldest). See
+	// SetPreferOldSA.
+	PreferOldSA bool
 }
 
 // Engine is the ESP engine: the SAD, the SPD and the ESP data path.
 //
 // Outbound and Inbound are safe for concurrent use from any number of
-// goroutines and may run concurrently with Apply (a batch sees either the
-// old or the new configuration for each lookup, and a packet whose SA is
-// deleted mid-batch is dropped with DropBusy or DropExpired). Status
-// methods are safe at any time. After Close, Apply fails with ErrClosed
+// goroutines and may run concurrently with Apply: each call runs under
+// one configuration, the SAD and SPD as one Apply published them (never
+// the policies of one with the SAs of another), and a packet whose SA is
+// deleted mid-batch is dropped with DropBusy, DropExpired or
+// DropSeqOverflow. A change made to the SPD directly (SPD()) is seen by
+// the calls that start after it. Status methods are safe at any time. After Close, Apply fails with ErrClosed
 // and Outbound/Inbound drop everything with DropNoSA/DropNoPolicy.
 type Engine struct {
-	bind  binder
-	spd   *spd.SPD
-	sad   atomic.Pointer[sadTable]
+	bind binder
+	spd  *spd.SPD
+	sad  atomic.Pointer[sadTable]
+	// pub is odd while Apply or Close publishes a new SPD and SAD (the
+	// SPD first): see snapshot.
+	pub   atomic.Uint64
 	mu    sync.Mutex // serialises Apply and Close
 	fpKey [32]byte
 	opts  Options
+	// preferOld is the current Options.PreferOldSA (SetPreferOldSA);
+	// written under mu, published in each SAD snapshot.
+	preferOld atomic.Bool
 
 	drops                     dropCounters
 	outPkts, outBytes, bypass atomic.Uint64
@@ -77,6 +93,11 @@ type Engine struct {
 	// testIV, set only by tests, overrides the IV of every outbound
 	// packet (to reproduce published vectors).
 	testIV func(iv []byte)
+	// generalOnly, set only by tests before the first batch, sends every
+	// packet through the general path: no outFast4 or inFast4, no reuse
+	// of a flow's SA or of an SA's policy decision, no encapTunnel4 or
+	// setSeqTunnel4 (the fast paths are checked against it).
+	generalOnly bool
 }
 
 // sadTable is an immutable snapshot of the SAD.
@@ -85,6 +106,11 @@ type sadTable struct {
 	bySPI  map[uint32][]*sa
 	byPair map[[2]netip.Addr][]*sa
 	ports  map[uint16]bool // local UDP ports of esp-udp SAs
+	// preferOld: lookupOut prefers the oldest SA (Options.PreferOldSA).
+	preferOld bool
+	// pol is the SPD generation published with this snapshot (see
+	// Engine.snapshot).
+	pol spd.View
 }
 
 func newEngine(b binder, opts Options) *Engine {
@@ -95,6 +121,7 @@ func newEngine(b binder, opts Options) *Engine {
 		opts.BusyTimeout = time.Second
 	}
 	e := &Engine{bind: b, opts: opts, spd: opts.SPD, stop: make(chan struct{})}
+	e.preferOld.Store(opts.PreferOldSA)
 	if e.spd == nil {
 		e.spd = spd.New()
 	}
@@ -102,7 +129,9 @@ func newEngine(b binder, opts Options) *Engine {
 		e.opts.NonceLedger = NewNonceLedger()
 	}
 	_, _ = crand.Read(e.fpKey[:])
-	e.sad.Store(buildTable(nil))
+	t := e.newTable(nil)
+	t.pol = e.spd.View()
+	e.sad.Store(t)
 	e.batches.New = func() any { return &batch{done: make(chan struct{}, 1)} }
 	e.wg.Add(1)
 	go e.housekeeping()
@@ -116,6 +145,10 @@ func NewEngineWithProvider(p crypto.Provider, opts Options) *Engine {
 	return newEngine(providerBinder(p), opts)
 }
 
+// buildTable indexes the SAs all (in installation order: Apply's order
+// of statements, kept SAs where they were) into a new snapshot. Each
+// byPair list is ordered newest first by the time the SA was installed,
+// later in all first among SAs of one Apply, like FreeBSD's savtree_alive.
 func buildTable(all []*sa) *sadTable {
 	t := &sadTable{all: all, bySPI: map[uint32][]*sa{}, byPair: map[[2]netip.Addr][]*sa{}, ports: map[uint16]bool{}}
 	for _, s := range all {
@@ -126,7 +159,59 @@ func buildTable(all []*sa) *sadTable {
 			t.ports[s.cfg.Dst.Port()] = true
 		}
 	}
+	for _, l := range t.byPair {
+		slices.Reverse(l)
+		slices.SortStableFunc(l, func(a, b *sa) int { return b.added.Compare(a.added) })
+	}
 	return t
+}
+
+// newTable is buildTable with the engine's SA preference.
+func (e *Engine) newTable(all []*sa) *sadTable {
+	t := buildTable(all)
+	t.preferOld = e.preferOld.Load()
+	return t
+}
+
+// SetPreferOldSA sets which SA outbound traffic takes when several
+// qualify (see Options.PreferOldSA); it takes effect for the next
+// batches. Safe for concurrent use with the data path.
+func (e *Engine) SetPreferOldSA(old bool) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.closed.Load() || e.preferOld.Load() == old {
+		return
+	}
+	e.preferOld.Store(old)
+	// A new snapshot: every per-batch cache keyed by the SAD snapshot
+	// (batch.out4, batch.in4) lets go of selections made under the old
+	// preference.
+	t := e.newTable(e.sad.Load().all)
+	t.pol = e.spd.View()
+	e.sad.Store(t)
+}
+
+// PreferOldSA reports the current SA preference (Options.PreferOldSA,
+// SetPreferOldSA).
+func (e *Engine) PreferOldSA() bool { return e.preferOld.Load() }
+
+// snapshot returns the configuration a batch runs under: the SAD
+// snapshot and the SPD generation that go together. Apply publishes the
+// SPD, then the SAD; a batch that started in between would otherwise
+// select SAs of the old configuration for policies of the new one (or
+// check an SA of the old one against the new policies). When no Apply
+// published anything while the two were read, they belong together (the
+// SPD may also have been changed directly, without Apply: that change is
+// seen); otherwise the batch takes the SPD generation published with the
+// SAD snapshot it got.
+func (e *Engine) snapshot() (*sadTable, spd.View) {
+	p := e.pub.Load()
+	tab := e.sad.Load()
+	v := e.spd.View()
+	if p&1 == 0 && e.pub.Load() == p {
+		return tab, v
+	}
+	return tab, tab.pol
 }
 
 // lookupIn finds the inbound SA for (dst, proto, spi). An invalid dst
@@ -144,34 +229,46 @@ func (t *sadTable) lookupIn(spi uint32, dst netip.Addr, udp bool) *sa {
 	return nil
 }
 
-// lookupOut picks the outbound SA for a request between src and dst: a
-// usable SA of the request's mode (or mode any) and reqid (for unique
-// levels), preferring mature over dying and then the most recently added.
+// lookupOut picks the outbound SA for request r of a matching policy,
+// between src and dst (the request's tunnel endpoints, or the packet's
+// addresses in transport mode), as FreeBSD's key_allocsa_policy does: the
+// candidates are the usable (mature or dying) SAs with those endpoints,
+// of the request's mode (or mode any) and, for a unique level with a
+// reqid, of that reqid; of them it takes the newest installed, or the
+// oldest when the table prefers old SAs (net.key.preferred_oldsa,
+// Options.PreferOldSA). byPair lists are newest first (buildTable). A
+// chosen SA stays the choice while it is usable and the table is the
+// same: other SAs only ever leave the candidates.
 func (t *sadTable) lookupOut(src, dst netip.Addr, r *spd.IPsecRequest) *sa {
 	var best *sa
 	for _, s := range t.byPair[[2]netip.Addr{src, dst}] {
-		st := s.state.Load()
-		if st > stateDying {
+		if !s.usable() || !s.serves(r) {
 			continue
 		}
-		if s.cfg.Mode != spd.ModeAny && s.cfg.Mode != r.Mode {
-			continue
+		if !t.preferOld {
+			return s
 		}
-		if r.Level == spd.LevelUnique && r.ReqID != 0 && s.cfg.ReqID != r.ReqID {
-			continue
-		}
-		if best == nil || st < best.state.Load() || (st == best.state.Load() && !s.added.Before(best.added)) {
-			best = s
-		}
+		best = s
 	}
 	return best
 }
 
-// hasDead reports whether a matching SA exists but is past its hard
-// lifetime (to count DropExpired rather than DropNoOutSA).
-func (t *sadTable) hasDead(src, dst netip.Addr) bool {
+// serves reports whether SA s may carry traffic of request r (endpoints
+// aside): its mode is r's or any, and for a unique request with a reqid
+// it has that reqid.
+func (s *sa) serves(r *spd.IPsecRequest) bool {
+	if s.cfg.Mode != spd.ModeAny && s.cfg.Mode != r.Mode {
+		return false
+	}
+	return r.Level != spd.LevelUnique || r.ReqID == 0 || s.cfg.ReqID == r.ReqID
+}
+
+// hasDead reports whether an SA that would serve r between src and dst
+// exists but is past its hard lifetime, or was deleted by an Apply while
+// the batch ran (to count DropExpired rather than DropNoOutSA).
+func (t *sadTable) hasDead(src, dst netip.Addr, r *spd.IPsecRequest) bool {
 	for _, s := range t.byPair[[2]netip.Addr{src, dst}] {
-		if s.state.Load() == stateDead {
+		if s.state.Load() >= stateDead && s.serves(r) {
 			return true
 		}
 	}
@@ -187,6 +284,10 @@ type batch struct {
 	// pf keeps the bytes read ahead by head (so that the loads are not
 	// optimised away).
 	pf byte
+	// view is the SPD generation of the Inbound call using the batch
+	// (Engine.snapshot): its packets' policy checks, in their
+	// completions too, are on it.
+	view spd.View
 	// in4 is the SA of the last inbound run of plain IPv4 ESP packets
 	// that used this batch (with the SAD snapshot it was found in): the
 	// next Inbound call on the same snapshot starts with it, so that its
@@ -199,8 +300,9 @@ type batch struct {
 	}
 	// out4 is Outbound's flow state at the end of the last call that used
 	// this batch: the last simple IPv4 flow (its 5-tuple bytes and header)
-	// and the SA and mode it went out on, with the SPD generation and SAD
-	// snapshot its policy and SA were selected in. The next Outbound call
+	// with its policy, and the SA and mode it went out on, with the SPD
+	// generation and SAD snapshot its policy and SA were selected in
+	// (both from Engine.snapshot). The next Outbound call
 	// starts with it while both are unchanged and the SA is still mature
 	// (so that lookupOut would select it again). A pooled batch may keep a
 	// replaced SAD snapshot (and its SAs, keys already zeroed) reachable
@@ -210,6 +312,7 @@ type batch struct {
 		tab    *sadTable
 		k0, k1 uint64
 		h      ipHeader
+		pol    *spd.Policy // the flow's policy
 		s      *sa
 		tunnel bool
 	}
@@ -341,15 +444,17 @@ type finishRun struct {
 }
 
 // add counts p, releasing the previous batch's run if p belongs to
-// another batch.
-func (f *finishRun) add(p *Packet) {
+// another batch; it reports whether p starts the run of another batch.
+func (f *finishRun) add(p *Packet) bool {
 	if b := p.b; b != f.cur {
 		if f.cur != nil {
 			f.cur.finish(f.k)
 		}
-		f.cur, f.k = b, 0
+		f.cur, f.k = b, 1
+		return true
 	}
 	f.k++
+	return false
 }
 
 // flush releases the last run.
@@ -389,22 +494,23 @@ func (e *Engine) completeOut(s *sa, done []*crypto.Request) {
 // ICV verified), then finishIn. The SA lock is held once for the whole
 // run: it covers the window and the SA's policy decision (sa.inPol).
 func (e *Engine) completeIn(s *sa, done []*crypto.Request) {
-	// The SPD generation before any policy lookup of this run
-	// (finishInner): see polCache.
-	gen := e.spd.Generation()
 	s.mu.Lock()
 	var pc polCache
-	if s.inPol.gen == gen {
-		pc = s.inPol
-	}
-	pc.gen = gen
-	pc0 := pc
 	var fr finishRun
 	var n, bytes int
 	w := s.win
 	for _, r := range done {
 		p := r.User.(*Packet)
-		fr.add(p)
+		if fr.add(p) {
+			// The packets of another Inbound call: their policy
+			// decisions are on its SPD view (see polCache).
+			if g := p.b.view.Generation(); g != pc.gen || !pc.valid {
+				pc = polCache{gen: g}
+				if s.inPol.gen == g {
+					pc = s.inPol
+				}
+			}
+		}
 		if w != nil && r.Status == crypto.StatusOK && !w.Advance(p.Seq) && !w.Update(p.Seq) {
 			p.Drop = DropReplay
 		}
@@ -413,7 +519,7 @@ func (e *Engine) completeIn(s *sa, done []*crypto.Request) {
 			bytes += p.bytes
 		}
 	}
-	if pc != pc0 && pc.valid {
+	if pc.valid && pc != s.inPol {
 		s.inPol = pc
 	}
 	s.mu.Unlock()
@@ -472,8 +578,10 @@ func (e *Engine) Close(ctx context.Context) error {
 	}
 	close(e.stop)
 	e.wg.Wait()
-	old := e.sad.Swap(buildTable(nil))
+	e.pub.Add(1)
+	old := e.sad.Swap(e.newTable(nil)) // no policies: a zero View
 	e.spd.Flush()
+	e.pub.Add(1)
 	for _, s := range old.all {
 		s.close(ctx)
 	}

@@ -36,9 +36,13 @@ func (e *Engine) Inbound(pkts []*Packet) {
 		return
 	}
 	b := e.getBatch()
-	tab := e.sad.Load()
+	tab, view := e.snapshot()
+	// The policy checks of this call's packets, here and in their
+	// completions, are on view (batch.view).
+	b.view = view
 	var run inRun
-	if c := &b.in4; c.tab == tab && c.s.usable() {
+	fast := !e.generalOnly
+	if c := &b.in4; fast && c.tab == tab && c.s.usable() {
 		s := c.s
 		run = inRun{s: s, w: s.win, esn: s.cfg.ESN, ivLen: s.ivLen, icvLen: s.icvLen}
 		run.setFast4(c.spi, c.dst4)
@@ -73,7 +77,7 @@ func (e *Engine) Inbound(pkts []*Packet) {
 		}
 		// Later plain IPv4 packets of this SA (not ESP in UDP) take
 		// inFast4 while the run lasts.
-		if p.l3len == 20 && p.Frame == FrameIP && !sc.udp && !p.v6 {
+		if p.l3len == 20 && p.Frame == FrameIP && !sc.udp && !p.v6 && fast {
 			run.setFast4(sc.spi, sc.dst.As4())
 		}
 		if run.w != nil && !run.locked {
@@ -400,7 +404,7 @@ func (e *Engine) parseOuterIP(p *Packet, d []byte, tab *sadTable) (udp, ok bool)
 // inbound policy demands IPsec for it.
 func (e *Engine) clearIn(p *Packet, d []byte, h *ipHeader) {
 	f := flowOf(d[:h.total], h)
-	pol, ok := e.spd.Lookup(spd.DirIn, f)
+	pol, ok := p.b.view.Lookup(spd.DirIn, f)
 	switch {
 	case !ok || pol.Action == spd.None:
 		p.Verdict = VerdictBypass
@@ -622,9 +626,10 @@ func (e *Engine) finishInner(p *Packet, s *sa, pc *polCache, nh uint8, ps, pe in
 		}
 	}
 	f := flowOf(d, &h)
-	pol, ok := e.spd.Lookup(spd.DirIn, f)
+	pol, ok := p.b.view.Lookup(spd.DirIn, f)
 	ok = ok && policyAllows(pol, s, tunnel)
-	*pc = polCache{gen: pc.gen, valid: simple, tunnel: tunnel, k0: k0, k1: k1, ok: ok}
+	// (Engine.generalOnly: no decision is reused.)
+	*pc = polCache{gen: pc.gen, valid: simple && !e.generalOnly, tunnel: tunnel, k0: k0, k1: k1, ok: ok}
 	if !ok {
 		e.drop(p, s, DropPolicy)
 		return false
@@ -634,10 +639,10 @@ func (e *Engine) finishInner(p *Packet, s *sa, pc *polCache, nh uint8, ps, pe in
 }
 
 // polCache remembers the inbound policy decision for the last simple
-// IPv4 flow of an SA: within one completion batch (the SPD cannot change
-// the SA's decision mid-batch in a way a batch boundary would not), and
-// across batches (sa.inPol) while the SPD generation is gen, read before
-// the policy lookup that made the decision.
+// IPv4 flow of an SA, made on SPD generation gen (the view of the
+// Inbound call of the packet, batch.view): for the next packets of the
+// completion batch, and across completions (sa.inPol), while their
+// packets' view is of the same generation.
 type polCache struct {
 	gen               uint64
 	valid, tunnel, ok bool

@@ -31,16 +31,20 @@ func (e *Engine) Outbound(pkts []*Packet) {
 		return
 	}
 	b := e.getBatch()
-	tab := e.sad.Load()
+	tab, view := e.snapshot()
 	var (
-		lastFlow  spd.Flow
-		lastH     ipHeader
-		cur       ipHeader
-		lastK0    uint64
-		lastK1    uint64
-		haveKey   bool
-		lastPol   *spd.Policy
-		havePol   bool
+		lastFlow spd.Flow
+		lastH    ipHeader
+		cur      ipHeader
+		lastK0   uint64
+		lastK1   uint64
+		haveKey  bool
+		lastPol  *spd.Policy
+		havePol  bool
+		// lastSA is the SA selected for request lastReq between the
+		// addresses lastPair: the selection depends on the request
+		// (its reqid, level and mode) as well as on the endpoints.
+		lastReq   *spd.IPsecRequest
 		lastPair  [2]netip.Addr
 		lastSA    *sa
 		runSA     *sa
@@ -51,12 +55,15 @@ func (e *Engine) Outbound(pkts []*Packet) {
 		flowSA     *sa
 		flowTunnel bool
 	)
-	// The SPD generation is read before any policy lookup of this call:
-	// a decision saved under it was made on that generation or a later
-	// one, which a later call then no longer matches.
-	gen := e.spd.Generation()
-	if c := &b.out4; c.tab == tab && c.gen == gen && c.s.state.Load() == stateMature {
+	// Every policy lookup of this call is on view: a decision saved
+	// under its generation holds while a later call gets the same one.
+	gen := view.Generation()
+	fast := !e.generalOnly
+	if c := &b.out4; fast && c.tab == tab && c.gen == gen && c.s.state.Load() == stateMature {
 		lastK0, lastK1, lastH, haveKey = c.k0, c.k1, c.h, true
+		// The flow's policy too: a packet of the flow whose SA is no
+		// longer usable takes the SA selection below with it.
+		lastPol, havePol = c.pol, true
 		flowSA, flowTunnel = c.s, c.tunnel
 	}
 	for i := 0; i < len(pkts); i++ {
@@ -123,7 +130,7 @@ func (e *Engine) Outbound(pkts []*Packet) {
 			f := flowOf(d[:h.total], h)
 			if !havePol || f != lastFlow {
 				lastPol, havePol = nil, true
-				if pol, ok := e.spd.Lookup(spd.DirOut, f); ok {
+				if pol, ok := view.Lookup(spd.DirOut, f); ok {
 					lastPol = pol
 				}
 				lastFlow = f
@@ -158,9 +165,9 @@ func (e *Engine) Outbound(pkts []*Packet) {
 		if tunnel {
 			pair = [2]netip.Addr{r.Src, r.Dst}
 		}
-		if lastSA == nil || pair != lastPair || !lastSA.usable() {
+		if lastSA == nil || r != lastReq || pair != lastPair || !lastSA.usable() {
 			lastSA = tab.lookupOut(pair[0], pair[1], r)
-			lastPair = pair
+			lastReq, lastPair = r, pair
 		}
 		s := lastSA
 		if s == nil {
@@ -169,7 +176,7 @@ func (e *Engine) Outbound(pkts []*Packet) {
 				e.bypass.Add(1)
 				continue
 			}
-			if tab.hasDead(pair[0], pair[1]) {
+			if tab.hasDead(pair[0], pair[1], r) {
 				e.drop(p, nil, DropExpired)
 			} else {
 				e.drop(p, nil, DropNoOutSA)
@@ -180,7 +187,7 @@ func (e *Engine) Outbound(pkts []*Packet) {
 			tunnel = s.cfg.Mode == spd.ModeTunnel
 		}
 		var dr DropReason
-		if tunnel && s.fast4 {
+		if tunnel && s.fast4 && fast {
 			nh := uint8(protoIPIP)
 			if h.v6 {
 				nh = protoIPv6
@@ -193,7 +200,7 @@ func (e *Engine) Outbound(pkts []*Packet) {
 			e.drop(p, s, dr)
 			continue
 		}
-		if haveKey && h == &lastH {
+		if haveKey && h == &lastH && fast {
 			flowSA, flowTunnel = s, tunnel
 		}
 		if s != runSA || tunnel != runTunnel {
@@ -204,9 +211,9 @@ func (e *Engine) Outbound(pkts []*Packet) {
 	}
 	e.flushOut(b, runSA, runTunnel)
 	if c := &b.out4; flowSA != nil {
-		c.gen, c.tab, c.k0, c.k1, c.h, c.s, c.tunnel = gen, tab, lastK0, lastK1, lastH, flowSA, flowTunnel
+		c.gen, c.tab, c.k0, c.k1, c.h, c.pol, c.s, c.tunnel = gen, tab, lastK0, lastK1, lastH, lastPol, flowSA, flowTunnel
 	} else {
-		c.s, c.tab = nil, nil
+		c.s, c.tab, c.pol = nil, nil, nil
 	}
 	e.wait(b)
 }
@@ -268,7 +275,7 @@ func (e *Engine) flushOut(b *batch, s *sa, tunnel bool) {
 	}
 	first, ok := s.reserve(len(reqs))
 	bytes := 0
-	if tunnel && s.fast4 && !s.cfg.ESN && e.testIV == nil {
+	if tunnel && s.fast4 && !s.cfg.ESN && e.testIV == nil && !e.generalOnly {
 		// Every packet of the run has encapTunnel4's layout, with its
 		// condition decided once per run.
 		bytes = setSeqTunnel4(reqs[:ok], s, first)

@@ -179,7 +179,38 @@ func (s *SPD) Policies() []Policy {
 // compiled classifier. It does not allocate. The returned policy must not
 // be modified.
 func (s *SPD) Lookup(dir Dir, f Flow) (*Policy, bool) {
-	t := s.tab.Load()
+	return s.lookup(s.tab.Load(), dir, f)
+}
+
+// View is one generation of an SPD, as View returned it: its lookups see
+// that generation only, however the SPD changes after. The zero View
+// has no policies.
+type View struct {
+	s *SPD
+	t *table
+}
+
+// View returns the current generation of the SPD.
+func (s *SPD) View() View { return View{s, s.tab.Load()} }
+
+// Generation returns the view's generation (0 for the zero View).
+func (v View) Generation() uint64 {
+	if v.t == nil {
+		return 0
+	}
+	return v.t.gen
+}
+
+// Lookup is SPD.Lookup on the view's generation (sharing the SPD's flow
+// cache, whose entries are tagged by generation). It does not allocate.
+func (v View) Lookup(dir Dir, f Flow) (*Policy, bool) {
+	if v.t == nil {
+		return nil, false
+	}
+	return v.s.lookup(v.t, dir, f)
+}
+
+func (s *SPD) lookup(t *table, dir Dir, f Flow) (*Policy, bool) {
 	if dir >= numDirs {
 		return nil, false
 	}

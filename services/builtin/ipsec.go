@@ -65,6 +65,10 @@ type ipsecService struct {
 	expiry expiries // SA lifetime events (expiry.go)
 }
 
+// preferOldVar is the rc.conf variable choosing the oldest SA over the
+// newest when several qualify (ipsec.Options.PreferOldSA).
+const preferOldVar = "ipsec_preferred_oldsa"
+
 func newIPsecService(sys *System) *ipsecService {
 	return &ipsecService{sys: sys, startGW: dataplane.Start, setRoutes: func(name string, routes []netip.Prefix) error {
 		return netio.ConfigureInterface(name, nil, routes)
@@ -180,7 +184,7 @@ func (s *ipsecService) Start(ctx context.Context, env services.BuiltinEnv) error
 	if err != nil {
 		return err
 	}
-	eng := ipsec.NewEngine(fw, ipsec.Options{NonceLedger: ledger, OnExpire: s.expiry.onExpire(env.Log), Name: "ipsec"})
+	eng := ipsec.NewEngine(fw, ipsec.Options{NonceLedger: ledger, OnExpire: s.expiry.onExpire(env.Log), Name: "ipsec", PreferOldSA: env.Config.Bool(preferOldVar)})
 	if err := eng.Apply(ctx, cfg); err != nil {
 		_ = eng.Close(context.WithoutCancel(ctx))
 		return err
@@ -312,6 +316,7 @@ func (s *ipsecService) Reload(ctx context.Context, env services.BuiltinEnv) erro
 	if err != nil {
 		return err
 	}
+	eng.SetPreferOldSA(env.Config.Bool(preferOldVar))
 	env.Log.Info(fmt.Sprintf("reloaded: %d SA(s), %d policies", len(eng.SAs()), len(eng.Policies())))
 	return nil
 }
