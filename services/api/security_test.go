@@ -122,12 +122,13 @@ func TestEveryMutatingRouteChecksPeer(t *testing.T) {
 
 // FuzzDecodeBody: control API request bodies (from any member of the
 // socket group) decode into the request types without panicking, reject
-// unknown fields, and never read more than 1 MiB. Seed corpus:
+// unknown fields and anything after the JSON value (encoding/json's Valid
+// is the reference), and never read more than MaxBody. Seed corpus:
 // testdata/fuzz/FuzzDecodeBody plus the table below.
 func FuzzDecodeBody(f *testing.F) {
 	for _, s := range []string{
 		`{"name":"aesni"}`, `{"name":"aesni","force":true}`, `{"name":1}`, `{"nam":"x"}`, `[]`, `null`, ``,
-		`{"name":"a"}{"name":"b"}`, `{"name":"\u0000\ud800"}`, strings.Repeat(`[`, 10000), `{"name":"` + strings.Repeat("x", 1<<20) + `"}`,
+		`{"name":"a"}{"name":"b"}`, `{"name":"aesni"}{"x":1}`, `{"name":"aesni"} x`, `{"name":"aesni"}` + "\n\t ", `{"name":"aesni"}]`, `{"name":"\u0000\ud800"}`, strings.Repeat(`[`, 10000), `{"name":"` + strings.Repeat("x", 1<<20) + `"}`,
 	} {
 		f.Add([]byte(s))
 	}
@@ -138,19 +139,56 @@ func FuzzDecodeBody(f *testing.F) {
 		}
 		r := httptest.NewRequest("POST", "/v1/modules/load", bytes.NewReader(body))
 		err := DecodeBody(r, &v)
-		if !json.Valid(body) {
+		if err != nil {
 			return
 		}
-		if len(body) > 1<<20 && err == nil {
-			t.Fatalf("a %d-byte JSON body decoded (limit 1 MiB)", len(body))
+		// Reference: encoding/json's own check that the body is exactly
+		// one JSON value.
+		if !json.Valid(body) {
+			t.Fatalf("body %q is not a single JSON value, yet it decoded", body)
+		}
+		if len(body) > MaxBody {
+			t.Fatalf("a %d-byte JSON body decoded (limit %d)", len(body), MaxBody)
 		}
 		var obj map[string]json.RawMessage
 		if json.Unmarshal(body, &obj) == nil {
 			for k := range obj {
-				if !strings.EqualFold(k, "name") && !strings.EqualFold(k, "force") && err == nil {
+				if !strings.EqualFold(k, "name") && !strings.EqualFold(k, "force") {
 					t.Fatalf("unknown field %q accepted", k)
 				}
 			}
 		}
 	})
+}
+
+// TestDecodeBodyOneValue: a body is exactly one JSON value with known
+// fields; trailing whitespace is fine, a second value or stray bytes are
+// refused with an error that says so.
+func TestDecodeBodyOneValue(t *testing.T) {
+	tests := []struct {
+		body    string
+		wantErr string // "" means accepted
+	}{
+		{`{"name":"aesni"}`, ""},
+		{"{\"name\":\"aesni\"}\n \t\r\n", ""},
+		{`{"name":"aesni"}{"x":1}`, "after the JSON value at offset 16"},
+		{`{"name":"aesni"} {"name":"b"}`, "after the JSON value at offset 16"},
+		{`{"name":"aesni"}x`, "after the JSON value"},
+		{`{"name":"aesni"}]`, "after the JSON value"},
+		{`{"name":"aesni","x":1}`, `unknown field "x"`},
+		{``, "EOF"},
+		{`{"name":"` + strings.Repeat("x", MaxBody) + `"}`, "too large"},
+	}
+	for _, tt := range tests {
+		var v struct {
+			Name string `json:"name"`
+		}
+		err := DecodeBody(httptest.NewRequest("POST", "/", strings.NewReader(tt.body)), &v)
+		switch {
+		case tt.wantErr == "" && err != nil:
+			t.Errorf("%.40q: %v", tt.body, err)
+		case tt.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tt.wantErr)):
+			t.Errorf("%.40q: error %v, want one containing %q", tt.body, err, tt.wantErr)
+		}
+	}
 }

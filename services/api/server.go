@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -226,9 +227,22 @@ func (s *Server) routes() {
 	}))
 }
 
-// DecodeBody decodes a JSON request body into v (limited to 1 MiB).
+// MaxBody is the largest request body DecodeBody reads.
+const MaxBody = 1 << 20
+
+// DecodeBody decodes a JSON request body into v. The body must be exactly
+// one JSON value (trailing whitespace allowed) of at most MaxBody bytes,
+// with no field that v does not have; otherwise the error says which rule
+// was broken.
 func DecodeBody(r *http.Request, v any) error {
-	dec := json.NewDecoder(http.MaxBytesReader(nil, r.Body, 1<<20))
+	dec := json.NewDecoder(http.MaxBytesReader(nil, r.Body, MaxBody))
 	dec.DisallowUnknownFields()
-	return dec.Decode(v)
+	if err := dec.Decode(v); err != nil {
+		return err
+	}
+	end := dec.InputOffset()
+	if _, err := dec.Token(); err != io.EOF {
+		return fmt.Errorf("unexpected data after the JSON value at offset %d", end)
+	}
+	return nil
 }
