@@ -125,9 +125,12 @@ func unwrapURL(err error) error {
 	return err
 }
 
-// Peer is the credential of the connected client.
+// Peer is the credential of the connected client, as the kernel recorded
+// it when the client connected.
 type Peer struct {
 	PID, UID, GID int
+	// Groups are the supplementary groups.
+	Groups []int `json:",omitempty"`
 }
 
 type peerKey struct{}

@@ -2,14 +2,18 @@ package api
 
 import (
 	"errors"
+	"fmt"
 	"net"
-	"os"
-	"strconv"
-	"strings"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
 
+// peerCred reads the credentials the kernel recorded when the peer of c
+// connected: SO_PEERCRED (pid, uid, gid) and SO_PEERGROUPS (supplementary
+// groups, Linux >= 4.13). Both are fixed at connect(2) time, so they
+// describe the process that connected even if it has exited and its pid
+// been reused since.
 func peerCred(c net.Conn) (Peer, error) {
 	uc, ok := c.(*net.UnixConn)
 	if !ok {
@@ -20,34 +24,43 @@ func peerCred(c net.Conn) (Peer, error) {
 		return Peer{}, err
 	}
 	var cred *unix.Ucred
+	var groups []int
 	var cerr error
 	if err := raw.Control(func(fd uintptr) {
 		cred, cerr = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED)
+		if cerr == nil {
+			groups, cerr = peerGroups(int(fd))
+		}
 	}); err != nil {
 		return Peer{}, err
 	}
 	if cerr != nil {
 		return Peer{}, cerr
 	}
-	return Peer{PID: int(cred.Pid), UID: int(cred.Uid), GID: int(cred.Gid)}, nil
+	return Peer{PID: int(cred.Pid), UID: int(cred.Uid), GID: int(cred.Gid), Groups: groups}, nil
 }
 
-// peerGroups reads the supplementary groups of pid from /proc.
-func peerGroups(pid int) ([]int, error) {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
-	if err != nil {
-		return nil, err
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if rest, ok := strings.CutPrefix(line, "Groups:"); ok {
-			var out []int
-			for _, f := range strings.Fields(rest) {
-				if g, err := strconv.Atoi(f); err == nil {
-					out = append(out, g)
-				}
-			}
-			return out, nil
+// peerGroups reads SO_PEERGROUPS of the socket fd. x/sys has no typed
+// getter for it (GetsockoptString stops at the first NUL byte, which every
+// gid below 2^24 contains), so it is called directly, growing the buffer
+// when the kernel answers ERANGE with the size it needs.
+func peerGroups(fd int) ([]int, error) {
+	buf := make([]uint32, 64)
+	for {
+		size := uint32(len(buf) * 4)
+		_, _, errno := unix.Syscall6(unix.SYS_GETSOCKOPT, uintptr(fd), unix.SOL_SOCKET, unix.SO_PEERGROUPS,
+			uintptr(unsafe.Pointer(&buf[0])), uintptr(unsafe.Pointer(&size)), 0)
+		switch {
+		case errno == unix.ERANGE && int(size) > len(buf)*4:
+			buf = make([]uint32, (size+3)/4)
+			continue
+		case errno != 0:
+			return nil, fmt.Errorf("SO_PEERGROUPS: %w", errno)
 		}
+		out := make([]int, 0, size/4)
+		for _, g := range buf[:size/4] {
+			out = append(out, int(g))
+		}
+		return out, nil
 	}
-	return nil, nil
 }

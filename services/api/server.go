@@ -25,15 +25,37 @@ type Options struct {
 	Logger *slog.Logger
 	// Shutdown is called (once, asynchronously) by POST /v1/shutdown.
 	Shutdown func()
+	// Limits bound the open connections; zero fields take DefaultLimits.
+	Limits Limits
+	// IdleTimeout closes a keep-alive connection idle for that long;
+	// 0 means DefaultIdleTimeout.
+	IdleTimeout time.Duration
+	// ReadTimeout bounds reading a request, headers and body; 0 means
+	// DefaultReadTimeout.
+	ReadTimeout time.Duration
+	// WriteTimeout bounds a read-only call from its start to the end of
+	// its answer; 0 means DefaultWriteTimeout. State-changing calls of
+	// permitted peers are not bounded (a reload waits for the services it
+	// restarts); the client's own timeout applies to them.
+	WriteTimeout time.Duration
 }
+
+// Default timeouts of the control API's connections.
+const (
+	DefaultIdleTimeout  = 30 * time.Second
+	DefaultReadTimeout  = 30 * time.Second
+	DefaultWriteTimeout = 30 * time.Second
+	readHeaderTimeout   = 10 * time.Second
+)
 
 // Server serves the control API for a Manager. Mount extra endpoints with
 // Handle before Serve. Serve may be called for several listeners.
 type Server struct {
-	m    *services.Manager
-	opts Options
-	mux  *http.ServeMux
-	srv  *http.Server
+	m     *services.Manager
+	opts  Options
+	mux   *http.ServeMux
+	srv   *http.Server
+	conns *connLimiter
 }
 
 // NewServer builds the API for m.
@@ -41,8 +63,11 @@ func NewServer(m *services.Manager, opts Options) *Server {
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
-	s := &Server{m: m, opts: opts, mux: http.NewServeMux()}
-	s.srv = &http.Server{Handler: s.mux, ConnContext: connContext, ReadHeaderTimeout: 10 * time.Second}
+	s := &Server{m: m, opts: opts, mux: http.NewServeMux(), conns: newConnLimiter(opts.Limits, opts.Logger)}
+	s.srv = &http.Server{Handler: s.mux, ConnContext: connContext, ReadHeaderTimeout: readHeaderTimeout,
+		ReadTimeout: orDefault(opts.ReadTimeout, DefaultReadTimeout), WriteTimeout: orDefault(opts.WriteTimeout, DefaultWriteTimeout),
+		IdleTimeout: orDefault(opts.IdleTimeout, DefaultIdleTimeout), MaxHeaderBytes: 64 << 10,
+		ErrorLog: slog.NewLogLogger(opts.Logger.Handler(), slog.LevelDebug)}
 	s.routes()
 	return s
 }
@@ -67,14 +92,25 @@ func cutSpace(s string) (string, string, bool) {
 	return "", s, false
 }
 
-// Serve serves l until Close.
+func orDefault(d, def time.Duration) time.Duration {
+	if d > 0 {
+		return d
+	}
+	return def
+}
+
+// Serve serves l until Close, admitting connections within the Limits
+// (counted over all listeners).
 func (s *Server) Serve(l net.Listener) error {
-	err := s.srv.Serve(l)
+	err := s.srv.Serve(limitListener{Listener: l, l: s.conns})
 	if errors.Is(err, http.ErrServerClosed) {
 		return nil
 	}
 	return err
 }
+
+// ConnStats reports the open and refused connections.
+func (s *Server) ConnStats() ConnStats { return s.conns.stats() }
 
 // Close stops serving, waiting up to ctx for in-flight calls.
 func (s *Server) Close(ctx context.Context) error { return s.srv.Shutdown(ctx) }
@@ -107,7 +143,12 @@ func Listen(path string, gid int) (net.Listener, error) {
 	return l, nil
 }
 
+// connContext attaches the peer credentials: those read at accept time,
+// or (for a listener not wrapped by Serve) read now.
 func connContext(ctx context.Context, c net.Conn) context.Context {
+	if pc, ok := c.(*peerConn); ok {
+		return context.WithValue(ctx, peerKey{}, pc.peer)
+	}
 	if p, err := peerCred(c); err == nil {
 		return context.WithValue(ctx, peerKey{}, p)
 	}
@@ -122,11 +163,7 @@ func (s *Server) mayChange(p Peer) bool {
 	if s.opts.Group < 0 {
 		return false
 	}
-	if p.GID == s.opts.Group {
-		return true
-	}
-	gs, err := peerGroups(p.PID)
-	return err == nil && slices.Contains(gs, s.opts.Group)
+	return p.GID == s.opts.Group || slices.Contains(p.Groups, s.opts.Group)
 }
 
 func (s *Server) privileged(h http.Handler) http.Handler {
@@ -137,6 +174,10 @@ func (s *Server) privileged(h http.Handler) http.Handler {
 			WriteError(w, http.StatusForbidden, fmt.Errorf("%s %s: uid %d may not change state (need root, uid %d or group %d)", r.Method, r.URL.Path, p.UID, os.Getuid(), s.opts.Group))
 			return
 		}
+		// A permitted change may take long (a reload restarts services):
+		// lift the write deadline that bounds everyone else. (net/http
+		// clears the read deadline itself once the request is read.)
+		_ = http.NewResponseController(w).SetWriteDeadline(time.Time{})
 		h.ServeHTTP(w, r)
 	})
 }
