@@ -278,7 +278,7 @@ func (m *Manager) Detail(name string, lines int) (Detail, error) {
 		Settings: d.Settings, Log: u.ring.last(lines), Keywords: d.Keywords}
 	if d.Type == TypeScript && det.State == StateExited && m.opts.RootDir != "" {
 		// service(8)-style: ask the script itself.
-		line, code := u.scriptStatus(context.Background())
+		line, code := u.cachedScriptStatus()
 		det.StatusText = line
 		if code != 0 {
 			det.Reason = fmt.Sprintf("%s status exited %d", d.Path, code)

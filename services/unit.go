@@ -84,6 +84,8 @@ type unit struct {
 	gen        int // bumped by every user stop/start, cancels pending restarts
 	failStreak int
 	extend     func(time.Duration) // EXTEND_TIMEOUT_USEC while starting
+
+	scriptStatus scriptStatusCache // for a legacy script's Detail
 }
 
 func (u *unit) set(st State, reason string) {
@@ -487,9 +489,10 @@ func (u *unit) restartProc(d *Definition, gen int) (*proc, error) {
 	return np, nil
 }
 
-// scriptStatus runs "/bin/sh script status" for a legacy script and
-// returns its first output line and exit code.
-func (u *unit) scriptStatus(ctx context.Context) (string, int) {
+// runScriptStatus runs "/bin/sh script status" for a legacy script and
+// returns its first output line and exit code, within 2 s (plus 1 s for a
+// descendant that keeps the output open). Use cachedScriptStatus.
+func (u *unit) runScriptStatus(ctx context.Context) (string, int) {
 	d := u.getDef()
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
@@ -500,8 +503,12 @@ func (u *unit) scriptStatus(ctx context.Context) (string, int) {
 	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
 	cmd.Env = u.m.childEnv(d)
 	cmd.Dir = "/"
+	cmd.WaitDelay = time.Second
 	out, err := cmd.Output()
 	line, _, _ := strings.Cut(strings.TrimSpace(string(out)), "\n")
+	if errors.Is(err, exec.ErrWaitDelay) {
+		err = nil // the script exited 0; a descendant of it kept the output open
+	}
 	if err != nil {
 		var ee *exec.ExitError
 		if errors.As(err, &ee) {

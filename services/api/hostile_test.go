@@ -3,11 +3,13 @@ package api
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -567,5 +569,46 @@ func TestGroupsFromConnectTime(t *testing.T) {
 	resp.Body.Close()
 	if resp.StatusCode != http.StatusForbidden || ran.Load() != 0 {
 		t.Fatalf("call on a connection made without the control group, pid %d now in it: status %d, handler ran %d times; want 403", pid, resp.StatusCode, ran.Load())
+	}
+}
+
+// TestScriptStatusReadersBounded: a legacy script's detail runs its
+// status action as root. 300 concurrent GETs of it by an unprivileged peer
+// run the script at most once per services.ScriptStatusTTL (plus the one
+// run they may have caught in flight), and all get its answer.
+func TestScriptStatusReadersBounded(t *testing.T) {
+	const readers = 300
+	m, statusRuns := hostileManager(t)
+	s := NewServer(m, Options{Group: -1, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	ctx := context.WithValue(context.Background(), peerKey{}, Peer{UID: nobody, GID: nobody, PID: -1})
+	t0 := time.Now()
+	errs := make(chan error, readers)
+	for range readers {
+		go func() {
+			rec := httptest.NewRecorder()
+			s.mux.ServeHTTP(rec, httptest.NewRequestWithContext(ctx, "GET", "/v1/services/legacy", nil))
+			var d services.Detail
+			if err := json.Unmarshal(rec.Body.Bytes(), &d); err != nil || rec.Code != 200 || d.StatusText != "legacy is fine" {
+				errs <- fmt.Errorf("status %d %q: %v", rec.Code, rec.Body, err)
+				return
+			}
+			errs <- nil
+		}()
+	}
+	for range readers {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	elapsed := time.Since(t0)
+	b, err := os.ReadFile(statusRuns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	runs := strings.Count(string(b), "run\n")
+	bound := 1 + int(elapsed/services.ScriptStatusTTL) + 1
+	t.Logf("%d concurrent GETs in %v ran the status action %d times (bound %d)", readers, elapsed.Round(time.Millisecond), runs, bound)
+	if runs < 1 || runs > bound {
+		t.Fatalf("%d GETs in %v ran the script %d times, want 1..%d", readers, elapsed, runs, bound)
 	}
 }
