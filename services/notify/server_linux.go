@@ -57,54 +57,101 @@ func (s *Server) Path() string { return s.path }
 
 func (s *Server) loop(handle func(Message), bad func(error)) {
 	defer s.wg.Done()
+	report := func(err error) {
+		if bad != nil {
+			bad(err)
+		}
+	}
+	raw, err := s.conn.SyscallConn()
+	if err != nil {
+		report(err)
+		return
+	}
 	buf := make([]byte, MaxMessage+1)
+	// Room for the credentials and some descriptors: the kernel discards
+	// (and closes) descriptors that do not fit.
 	oob := make([]byte, unix.CmsgSpace(unix.SizeofUcred)*4)
 	for {
-		n, oobn, flags, _, err := s.conn.ReadMsgUnix(buf, oob)
+		var n, oobn, flags int
+		var rerr error
+		err := raw.Read(func(fd uintptr) bool {
+			// MSG_CMSG_CLOEXEC: a passed descriptor must not leak into a
+			// child spawned before it is closed below.
+			n, oobn, flags, _, rerr = unix.Recvmsg(int(fd), buf, oob, unix.MSG_CMSG_CLOEXEC|unix.MSG_DONTWAIT)
+			return rerr != unix.EAGAIN
+		})
+		if err == nil {
+			err = rerr
+		}
 		if err != nil {
 			if errors.Is(err, net.ErrClosed) {
 				return
 			}
-			if bad != nil {
-				bad(err)
-			}
+			report(err)
+			continue
+		}
+		cred, passed, err := parseControl(oob[:oobn])
+		if passed > 0 {
+			// sd_notify passes descriptors only with FDSTORE=1, which Keel
+			// does not implement; every local user may send here.
+			report(fmt.Errorf("notify: %d file descriptors passed by pid %d closed (FDSTORE is not supported)", passed, credPID(cred)))
+		}
+		if err != nil {
+			report(err)
 			continue
 		}
 		if n > MaxMessage || flags&unix.MSG_TRUNC != 0 {
-			if bad != nil {
-				bad(fmt.Errorf("notify: datagram larger than %d bytes dropped", MaxMessage))
-			}
-			continue
-		}
-		cred, err := parseCred(oob[:oobn])
-		if err != nil {
-			if bad != nil {
-				bad(err)
-			}
+			report(fmt.Errorf("notify: datagram larger than %d bytes dropped", MaxMessage))
 			continue
 		}
 		fields, err := Parse(buf[:n])
 		if err != nil {
-			if bad != nil {
-				bad(fmt.Errorf("pid %d: %w", cred.Pid, err))
-			}
+			report(fmt.Errorf("pid %d: %w", cred.Pid, err))
 			continue
 		}
 		handle(Message{PID: int(cred.Pid), UID: int(cred.Uid), GID: int(cred.Gid), Fields: fields})
 	}
 }
 
-func parseCred(oob []byte) (*unix.Ucred, error) {
+func credPID(c *unix.Ucred) int32 {
+	if c == nil {
+		return 0
+	}
+	return c.Pid
+}
+
+// parseControl returns the sender's credentials from a datagram's control
+// messages, after closing every descriptor passed with it (it returns how
+// many).
+func parseControl(oob []byte) (*unix.Ucred, int, error) {
 	msgs, err := unix.ParseSocketControlMessage(oob)
 	if err != nil {
-		return nil, fmt.Errorf("notify: control message: %w", err)
+		return nil, 0, fmt.Errorf("notify: control message: %w", err)
 	}
+	var cred *unix.Ucred
+	var cerr error = ErrNoCredentials
+	passed := 0
 	for _, m := range msgs {
-		if m.Header.Level == unix.SOL_SOCKET && m.Header.Type == unix.SCM_CREDENTIALS {
-			return unix.ParseUnixCredentials(&m)
+		if m.Header.Level != unix.SOL_SOCKET {
+			continue
+		}
+		switch m.Header.Type {
+		case unix.SCM_RIGHTS:
+			fds, _ := unix.ParseUnixRights(&m)
+			for _, fd := range fds {
+				_ = unix.Close(fd)
+			}
+			passed += len(fds)
+		case unix.SCM_CREDENTIALS:
+			if cred == nil {
+				cred, cerr = unix.ParseUnixCredentials(&m)
+			}
 		}
 	}
-	return nil, ErrNoCredentials
+	if cred == nil {
+		return nil, passed, cerr
+	}
+	return cred, passed, nil
 }
 
 // Close stops the server, waits for the reader goroutine and removes the
