@@ -33,6 +33,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/spf13/cobra"
 	"github.com/spf13/viper"
+	"golang.org/x/net/netutil"
 
 	"github.com/keelinit/keel/etc"
 	"github.com/keelinit/keel/services"
@@ -246,6 +247,11 @@ func run(ctx context.Context, s settings) error {
 		}
 	}})
 	sys.Mount(srv)
+	lim := srv.Limits()
+	var nofile syscall.Rlimit
+	_ = syscall.Getrlimit(syscall.RLIMIT_NOFILE, &nofile) // the Go runtime raised the soft limit to the hard one
+	log.Info(fmt.Sprintf("control API: at most %d connections, %d per uid, %d kept for root (descriptor limit %d)",
+		lim.MaxConns, lim.MaxConnsPerUID, lim.Reserved, nofile.Cur))
 	go func() {
 		if err := srv.Serve(l); err != nil {
 			log.Error("control API: " + err.Error())
@@ -274,7 +280,7 @@ func run(ctx context.Context, s settings) error {
 		if bootErr != nil {
 			log.Warn(bootErr.Error())
 		}
-		metricsStop = startMetrics(log, mgr, sys, elapsed)
+		metricsStop = startMetrics(log, mgr, sys, srv, elapsed)
 		sd.ready(summaryLine(mgr, elapsed))
 	}()
 
@@ -359,14 +365,14 @@ func printSummary(log *slog.Logger, m *services.Manager, sys *subsystems, elapse
 
 // startMetrics serves Prometheus metrics on rc.conf's metrics_listen, if
 // set. It returns a stop function.
-func startMetrics(log *slog.Logger, m *services.Manager, sys *subsystems, boot time.Duration) func() {
+func startMetrics(log *slog.Logger, m *services.Manager, sys *subsystems, srv *api.Server, boot time.Duration) func() {
 	addr := m.Catalog().Chain.Global().Get("metrics_listen")
 	if addr == "" {
 		return func() {}
 	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	reg.MustRegister(services.NewCollector(m))
+	reg.MustRegister(services.NewCollector(m), srv.Collector())
 	for _, c := range sys.Collectors() {
 		reg.MustRegister(c)
 	}
@@ -375,16 +381,28 @@ func startMetrics(log *slog.Logger, m *services.Manager, sys *subsystems, boot t
 		log.Error("metrics_listen: " + err.Error())
 		return func() {}
 	}
-	mux := http.NewServeMux()
-	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	ms := metricsServer(promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 	go func() {
-		if err := srv.Serve(l); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		if err := ms.Serve(netutil.LimitListener(l, maxMetricsConns)); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			log.Error("metrics: " + err.Error())
 		}
 	}()
 	log.Info("metrics on http://" + l.Addr().String() + "/metrics")
-	return func() { _ = srv.Close() }
+	return func() { _ = ms.Close() }
+}
+
+// maxMetricsConns bounds the metrics listener's open connections (a
+// scraper needs one): whoever can reach metrics_listen cannot take
+// keeld's descriptors. Further connections wait in the backlog.
+const maxMetricsConns = 16
+
+// metricsServer serves h at GET /metrics with every timeout set, so that
+// idle, slow or stalled clients give their connection back.
+func metricsServer(h http.Handler) *http.Server {
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", h)
+	return &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 10 * time.Second,
+		WriteTimeout: 30 * time.Second, IdleTimeout: 60 * time.Second, MaxHeaderBytes: 16 << 10}
 }
 
 // ensureRuntimeDir creates dir (0755) or checks that an existing one is a

@@ -20,6 +20,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/sys/unix"
 
 	"github.com/keelinit/keel/services"
@@ -216,6 +217,9 @@ func TestFloodFromReadOnlyUser(t *testing.T) {
 	}
 	if st := s.ConnStats(); st.Open > lim.MaxConnsPerUID || st.Refused < uint64(refused) {
 		t.Errorf("conn stats %+v during the flood (served %d, refused %d)", st, served, refused)
+	}
+	if got := gathered(t, s, "keel_control_connections_refused_total"); got < float64(refused) {
+		t.Errorf("keel_control_connections_refused_total = %v, want >= %d", got, refused)
 	}
 
 	// The flood still holds its connections: root (in another process, as
@@ -611,4 +615,24 @@ func TestScriptStatusReadersBounded(t *testing.T) {
 	if runs < 1 || runs > bound {
 		t.Fatalf("%d GETs in %v ran the script %d times, want 1..%d", readers, elapsed, runs, bound)
 	}
+}
+
+// gathered is the value of the metric named name from s's collector,
+// through a pedantic registry (which checks the collector's descriptions).
+func gathered(t *testing.T, s *Server, name string) float64 {
+	t.Helper()
+	reg := prometheus.NewPedanticRegistry()
+	reg.MustRegister(s.Collector())
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == name && len(mf.GetMetric()) == 1 {
+			m := mf.GetMetric()[0]
+			return m.GetCounter().GetValue() + m.GetGauge().GetValue()
+		}
+	}
+	t.Fatalf("no metric %s", name)
+	return 0
 }

@@ -109,6 +109,9 @@ func (s *Server) Serve(l net.Listener) error {
 	return err
 }
 
+// Limits returns the connection limits in force (defaults filled in).
+func (s *Server) Limits() Limits { return s.conns.lim }
+
 // ConnStats reports the open and refused connections.
 func (s *Server) ConnStats() ConnStats { return s.conns.stats() }
 
