@@ -1,8 +1,13 @@
 // Package api is keeld's control API: HTTP+JSON over a unix socket. Read
 // calls (GET) are open to whoever can connect (the socket is 0660, so the
 // socket's group); calls that change state (POST) require the peer, as
-// reported by SO_PEERCRED, to be root, keeld's own uid, or a member of the
-// configured control group.
+// reported by SO_PEERCRED and SO_PEERGROUPS when it connected, to be root,
+// keeld's own uid, or a member of the configured control group.
+//
+// No reader can exhaust keeld: connections are capped in total and per
+// uid, with a share kept for root and keeld's uid (Limits, scaled to the
+// descriptor limit), and every connection has idle, read and write
+// timeouts. Over a limit a connection is answered 503 and closed at once.
 package api
 
 import (
