@@ -1,13 +1,10 @@
 package main
 
 import (
-	"bufio"
 	"context"
-	"fmt"
 	"io"
 	"net"
 	"net/http"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
@@ -18,29 +15,17 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/keelinit/keel/internal/hostile"
 )
 
 // TestFloodKeeld reproduces issue 12's D3 against a real keeld whose
 // descriptor limit (512, set with prlimit) is below the flood: uid 65534,
 // a member of the socket group only, opens 600 keep-alive connections
-// (testdata/flood.py) and holds them. Meanwhile root's keelctl status and
+// (internal/hostile) and holds them. Meanwhile root's keelctl status and
 // restart answer, a daemon killed with SIGKILL is restarted by its
 // supervisor (restart=always), and the refusals show in the metrics.
 func TestFloodKeeld(t *testing.T) {
-	if os.Geteuid() != 0 {
-		if os.Getenv("CI") == "true" {
-			t.Fatal("needs root (to flood as uid 65534)")
-		}
-		t.Skip("needs root (to flood as uid 65534)")
-	}
-	// /usr/bin/python3, as in .ci/run: nobody cannot use a python under /root.
-	python, err := exec.LookPath("/usr/bin/python3")
-	if err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatal("/usr/bin/python3 not installed")
-		}
-		t.Skip("/usr/bin/python3 not installed")
-	}
 	const floodConns, fdLimit = 600, 512
 	root := writeTree(t, map[string]string{
 		"etc/defaults/rc.conf": "metrics_listen=127.0.0.1:0\n",
@@ -52,34 +37,8 @@ func TestFloodKeeld(t *testing.T) {
 	if err := unix.Prlimit(d.cmd.Process.Pid, unix.RLIMIT_NOFILE, &unix.Rlimit{Cur: fdLimit, Max: fdLimit}, nil); err != nil {
 		t.Fatal(err)
 	}
-	script, err := os.ReadFile(filepath.Join("testdata", "flood.py"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	flood := exec.Command(python, "-c", string(script), d.socket, strconv.Itoa(floodConns))
-	flood.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}, Pdeathsig: syscall.SIGKILL}
-	flood.Stderr = os.Stderr
-	stdin, _ := flood.StdinPipe()
-	stdout, _ := flood.StdoutPipe()
-	if err := flood.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer flood.Wait()
-	defer stdin.Close()
-	report := make(chan string, 1)
-	go func() {
-		line, _ := bufio.NewReader(stdout).ReadString('\n')
-		report <- strings.TrimSpace(line)
-	}()
-	var served, refused, failed int
-	select {
-	case line := <-report:
-		if _, err := fmt.Sscanf(line, "served=%d refused=%d failed=%d", &served, &refused, &failed); err != nil {
-			t.Fatalf("flood said %q: %v", line, err)
-		}
-	case <-time.After(30 * time.Second):
-		t.Fatal("flood did not report within 30 s")
-	}
+	f := hostile.StartFlood(t, d.socket, floodConns, 65534, 65534)
+	served, refused, failed := f.Served, f.Refused, f.Failed
 	t.Logf("flood of %d connections as uid 65534: %d served, %d refused (503), %d failed", floodConns, served, refused, failed)
 	if served < 1 || served > 16 || refused == 0 {
 		t.Errorf("flood: %d served at once (want 1..16, the per-uid share), %d refused", served, refused)

@@ -23,6 +23,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/sys/unix"
 
+	"github.com/keelinit/keel/internal/hostile"
 	"github.com/keelinit/keel/services"
 )
 
@@ -36,8 +37,6 @@ func TestMain(m *testing.M) {
 	switch h := os.Getenv("KEEL_API_TEST_HELPER"); h {
 	case "":
 		os.Exit(m.Run())
-	case "flood":
-		os.Exit(floodHelper())
 	case "connect-and-pass":
 		os.Exit(passHelper())
 	case "request":
@@ -104,31 +103,29 @@ func helperAs(bin, helper string, uid, gid int, groups []uint32, env ...string) 
 // statusRuns, both started.
 func hostileManager(t *testing.T) (m *services.Manager, statusRuns string) {
 	t.Helper()
-	root := t.TempDir()
 	statusRuns = filepath.Join(t.TempDir(), "status-runs")
-	files := map[string]string{
+	m = testManager(t, map[string]string{
 		"etc/rc.d/d":      "# PROVIDE: d\n\nname=d\ntype=daemon\ncommand=/bin/sleep\ncommand_args=1000\n",
 		"etc/rc.d/legacy": "#!/bin/sh\n# PROVIDE: legacy\nname=legacy\ncase $1 in start) ;; stop) ;; status) echo run >> " + statusRuns + "; echo legacy is fine;; esac\n",
-	}
-	for name, body := range files {
-		p := filepath.Join(root, name)
-		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(p, []byte(body), 0o755); err != nil {
-			t.Fatal(err)
-		}
-	}
-	m, err := services.New(services.Options{Root: os.DirFS(root), RootDir: root, RuntimeDir: t.TempDir(), NoNotify: true,
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { m.Shutdown(context.Background()) })
+	})
 	if err := m.Boot(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	return m, statusRuns
+}
+
+// serveOn serves s on dir/keeld.sock, which belongs to nobody's group,
+// until the test ends, and returns the socket's path.
+func serveOn(t *testing.T, s *Server, dir string) string {
+	t.Helper()
+	sock := filepath.Join(dir, "keeld.sock")
+	l, err := Listen(sock, nobody)
+	if err != nil {
+		t.Fatal(err)
+	}
+	go s.Serve(l)
+	t.Cleanup(func() { s.Close(context.Background()) })
+	return sock
 }
 
 // openFDs counts this process's open descriptors.
@@ -167,47 +164,15 @@ func TestFloodFromReadOnlyUser(t *testing.T) {
 	if lim.MaxConns != fdLimit/8 {
 		t.Fatalf("limits %+v, want MaxConns %d for RLIMIT_NOFILE %d", lim, fdLimit/8, fdLimit)
 	}
-	sock := filepath.Join(dir, "keeld.sock")
-	l, err := Listen(sock, nobody)
-	if err != nil {
-		t.Fatal(err)
-	}
-	go s.Serve(l)
-	t.Cleanup(func() { s.Close(context.Background()) })
+	sock := serveOn(t, s, dir)
 	before, err := m.Detail("d", 1)
 	if err != nil || before.PID == 0 {
 		t.Fatalf("daemon d not running: %+v %v", before, err)
 	}
 	fdsBefore := openFDs(t)
 
-	flood := helperAs(bin, "flood", nobody, nobody, nil, "KEEL_FLOOD_SOCKET="+sock, "KEEL_FLOOD_N="+strconv.Itoa(floodConns))
-	stdin, err := flood.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	stdout, err := flood.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := flood.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer flood.Wait()
-	defer stdin.Close()
-	report := make(chan string, 1)
-	go func() {
-		line, _ := bufio.NewReader(stdout).ReadString('\n')
-		report <- strings.TrimSpace(line)
-	}()
-	var served, refused, failed int
-	select {
-	case line := <-report:
-		if _, err := fmt.Sscanf(line, "served=%d refused=%d failed=%d", &served, &refused, &failed); err != nil {
-			t.Fatalf("flood helper said %q: %v", line, err)
-		}
-	case <-time.After(30 * time.Second):
-		t.Fatal("flood helper did not report within 30 s")
-	}
+	f := hostile.StartFlood(t, sock, floodConns, nobody, nobody)
+	served, refused, failed := f.Served, f.Refused, f.Failed
 	t.Logf("flood of %d connections: %d served, %d refused with 503, %d failed; limits %+v", floodConns, served, refused, failed, lim)
 	if served < 1 || served > lim.MaxConnsPerUID {
 		t.Errorf("nobody was served on %d connections at once, want 1..%d", served, lim.MaxConnsPerUID)
@@ -241,64 +206,6 @@ func TestFloodFromReadOnlyUser(t *testing.T) {
 	if fds := openFDs(t); fds > fdsBefore+lim.MaxConnsPerUID+8 {
 		t.Errorf("%d descriptors open during the flood, %d before", fds, fdsBefore)
 	}
-}
-
-// floodHelper (as nobody) opens KEEL_FLOOD_N connections, sends one GET on
-// each, reports "served=N refused=N failed=N" once every connection has an
-// answer or the 10 s deadline passed, and keeps them open until stdin
-// closes (at most 20 s).
-func floodHelper() int {
-	sock := os.Getenv("KEEL_FLOOD_SOCKET")
-	n, _ := strconv.Atoi(os.Getenv("KEEL_FLOOD_N"))
-	deadline := time.Now().Add(10 * time.Second)
-	codes := make(chan int, n)
-	var conns []net.Conn
-	for range n {
-		c, err := net.DialTimeout("unix", sock, time.Until(deadline))
-		if err != nil {
-			codes <- 0
-			continue
-		}
-		conns = append(conns, c)
-		go func() {
-			_ = c.SetDeadline(deadline)
-			if _, err := io.WriteString(c, "GET /v1/services HTTP/1.1\r\nHost: keeld\r\n\r\n"); err != nil {
-				codes <- 0
-				return
-			}
-			resp, err := http.ReadResponse(bufio.NewReader(c), nil)
-			if err != nil {
-				codes <- 0
-				return
-			}
-			_, _ = io.Copy(io.Discard, resp.Body)
-			resp.Body.Close()
-			_ = c.SetDeadline(time.Time{})
-			codes <- resp.StatusCode
-		}()
-	}
-	var served, refused, failed int
-	for range n {
-		switch <-codes {
-		case 200:
-			served++
-		case 503:
-			refused++
-		default:
-			failed++
-		}
-	}
-	fmt.Printf("served=%d refused=%d failed=%d\n", served, refused, failed)
-	done := make(chan struct{})
-	go func() { _, _ = io.Copy(io.Discard, os.Stdin); close(done) }()
-	select {
-	case <-done:
-	case <-time.After(20 * time.Second):
-	}
-	for _, c := range conns {
-		c.Close()
-	}
-	return 0
 }
 
 // passHelper connects to KEEL_PASS_SOCKET, hands the connection over
@@ -398,13 +305,7 @@ func TestConnectionTimeouts(t *testing.T) {
 			WriteError(w, 500, context.Cause(r.Context()))
 		}
 	}))
-	sock := filepath.Join(dir, "keeld.sock")
-	l, err := Listen(sock, nobody)
-	if err != nil {
-		t.Fatal(err)
-	}
-	go s.Serve(l)
-	t.Cleanup(func() { s.Close(context.Background()) })
+	sock := serveOn(t, s, dir)
 
 	// Idle keep-alive connection.
 	c, err := net.Dial("unix", sock)
@@ -497,13 +398,7 @@ func TestGroupsFromConnectTime(t *testing.T) {
 	s := NewServer(m, Options{Group: control, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	var ran atomic.Int32
 	s.Handle("POST /x/change", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { ran.Add(1); WriteJSON(w, 200, "changed") }))
-	sock := filepath.Join(dir, "keeld.sock")
-	l, err := Listen(sock, nobody)
-	if err != nil {
-		t.Fatal(err)
-	}
-	go s.Serve(l)
-	t.Cleanup(func() { s.Close(context.Background()) })
+	sock := serveOn(t, s, dir)
 
 	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
 	if err != nil {

@@ -20,13 +20,23 @@ import (
 // securityManager is a Manager over a one-service root (service "a", not
 // started), without a notify socket.
 func securityManager(t *testing.T) *services.Manager {
+	return testManager(t, map[string]string{"etc/rc.d/a": "# PROVIDE: a\n\nname=a\ntype=oneshot\ncommand=/bin/true\n"})
+}
+
+// testManager is a Manager, not booted and without a notify socket, over a
+// root holding files (path: content; all executable, as legacy scripts
+// must be).
+func testManager(t *testing.T, files map[string]string) *services.Manager {
 	t.Helper()
 	root := t.TempDir()
-	if err := os.MkdirAll(filepath.Join(root, "etc", "rc.d"), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(root, "etc", "rc.d", "a"), []byte("# PROVIDE: a\n\nname=a\ntype=oneshot\ncommand=/bin/true\n"), 0o644); err != nil {
-		t.Fatal(err)
+	for name, body := range files {
+		p := filepath.Join(root, name)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(body), 0o755); err != nil {
+			t.Fatal(err)
+		}
 	}
 	m, err := services.New(services.Options{Root: os.DirFS(root), RootDir: root, RuntimeDir: t.TempDir(), NoNotify: true,
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})

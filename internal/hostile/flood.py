@@ -1,10 +1,13 @@
-# Flood of the control socket, run as an unprivileged member of the socket
-# group by TestFloodKeeld: open N connections, send one GET on each (HTTP
+# Flood of a control socket, run by StartFlood as an unprivileged member of
+# the socket group: open N connections, send one GET on each (HTTP
 # keep-alive), report how many were answered 200, 503 or not at all within
 # 10 s, then hold every connection open until stdin closes (at most 30 s).
-import selectors, socket, sys, time
+import resource, selectors, socket, sys, time
 
 path, n = sys.argv[1], int(sys.argv[2])
+# As many descriptors as the flood may have (the parent's soft limit may be low).
+_, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
 deadline = time.monotonic() + 10
 sel = selectors.DefaultSelector()
 conns, failed = [], 0
