@@ -3,6 +3,8 @@ package api
 import (
 	"context"
 	"errors"
+	"io"
+	"log/slog"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -63,7 +65,7 @@ func TestClientErrorsAndPeerCred(t *testing.T) {
 		t.Error("second Listen on a live socket succeeded")
 	}
 	srv := &http.Server{Handler: mux, ConnContext: connContext, ErrorLog: nil}
-	go srv.Serve(l)
+	go srv.Serve(limitListener{Listener: l, l: newConnLimiter(Limits{}, slog.New(slog.NewTextHandler(io.Discard, nil)))})
 	defer srv.Close()
 	c := NewClient(sock)
 	ctx := context.Background()

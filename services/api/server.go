@@ -146,14 +146,11 @@ func Listen(path string, gid int) (net.Listener, error) {
 	return l, nil
 }
 
-// connContext attaches the peer credentials: those read at accept time,
-// or (for a listener not wrapped by Serve) read now.
+// connContext attaches the peer credentials read when the connection was
+// accepted (by a limitListener).
 func connContext(ctx context.Context, c net.Conn) context.Context {
 	if pc, ok := c.(*peerConn); ok {
 		return context.WithValue(ctx, peerKey{}, pc.peer)
-	}
-	if p, err := peerCred(c); err == nil {
-		return context.WithValue(ctx, peerKey{}, p)
 	}
 	return ctx
 }
