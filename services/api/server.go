@@ -64,6 +64,9 @@ func NewServer(m *services.Manager, opts Options) *Server {
 		opts.Logger = slog.Default()
 	}
 	s := &Server{m: m, opts: opts, mux: http.NewServeMux(), conns: newConnLimiter(opts.Limits, opts.Logger)}
+	// net/http's own messages (a malformed request, a connection's
+	// error) can be provoked once per request by any reader, so they go
+	// to the debug level rather than flood the log.
 	s.srv = &http.Server{Handler: s.mux, ConnContext: connContext, ReadHeaderTimeout: readHeaderTimeout,
 		ReadTimeout: orDefault(opts.ReadTimeout, DefaultReadTimeout), WriteTimeout: orDefault(opts.WriteTimeout, DefaultWriteTimeout),
 		IdleTimeout: orDefault(opts.IdleTimeout, DefaultIdleTimeout), MaxHeaderBytes: 64 << 10,
