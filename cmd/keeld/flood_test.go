@@ -44,6 +44,11 @@ func TestFloodKeeld(t *testing.T) {
 		t.Errorf("flood: %d served at once (want 1..16, the per-uid share), %d refused", served, refused)
 	}
 
+	// nobody's own keelctl is told why.
+	if _, errs, code := d.keelctl(&syscall.Credential{Uid: 65534, Gid: 65534}, "status"); code == 0 || !strings.Contains(errs, "uid 65534 has 16 connections open (limit 16 per uid)") {
+		t.Errorf("nobody's keelctl status during its own flood: exit %d, %q", code, errs)
+	}
+
 	// Root, with a deadline of its own (keelctl's is 2 minutes).
 	keelctl := func(args ...string) (string, error) {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
