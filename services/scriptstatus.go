@@ -26,7 +26,7 @@ type scriptStatusCache struct {
 // cached answer while younger than ScriptStatusTTL, else the answer of the
 // run in flight, else that of a new run.
 func (u *unit) cachedScriptStatus() (string, int) {
-	c := &u.scriptStatus
+	c := &u.statusCache
 	c.mu.Lock()
 	if !c.at.IsZero() && time.Since(c.at) < ScriptStatusTTL {
 		defer c.mu.Unlock()
@@ -42,7 +42,7 @@ func (u *unit) cachedScriptStatus() (string, int) {
 	ch := make(chan struct{})
 	c.running = ch
 	c.mu.Unlock()
-	line, code := u.runScriptStatus(context.Background())
+	line, code := u.scriptStatus(context.Background())
 	c.mu.Lock()
 	c.line, c.code, c.at, c.running = line, code, time.Now(), nil
 	c.mu.Unlock()

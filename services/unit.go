@@ -85,7 +85,7 @@ type unit struct {
 	failStreak int
 	extend     func(time.Duration) // EXTEND_TIMEOUT_USEC while starting
 
-	scriptStatus scriptStatusCache // for a legacy script's Detail
+	statusCache scriptStatusCache // of scriptStatus, for Detail
 }
 
 func (u *unit) set(st State, reason string) {
@@ -489,10 +489,11 @@ func (u *unit) restartProc(d *Definition, gen int) (*proc, error) {
 	return np, nil
 }
 
-// runScriptStatus runs "/bin/sh script status" for a legacy script and
+// scriptStatus runs "/bin/sh script status" for a legacy script and
 // returns its first output line and exit code, within 2 s (plus 1 s for a
-// descendant that keeps the output open). Use cachedScriptStatus.
-func (u *unit) runScriptStatus(ctx context.Context) (string, int) {
+// descendant that keeps the output open). Readers go through
+// cachedScriptStatus.
+func (u *unit) scriptStatus(ctx context.Context) (string, int) {
 	d := u.getDef()
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
