@@ -203,7 +203,7 @@ func TestFloodFromReadOnlyUser(t *testing.T) {
 	if err != nil || after.State != services.StateRunning || after.PID == before.PID || after.PID == 0 {
 		t.Fatalf("after restart: %s pid %d (was %d) %v", after.State, after.PID, before.PID, err)
 	}
-	if fds := openFDs(t); fds > fdsBefore+lim.MaxConnsPerUID+8 {
+	if fds := openFDs(t); fds > fdsBefore+lim.MaxConnsPerUID+maxDrainers+8 {
 		t.Errorf("%d descriptors open during the flood, %d before", fds, fdsBefore)
 	}
 }
@@ -530,4 +530,47 @@ func gathered(t *testing.T, s *Server, name string) float64 {
 	}
 	t.Fatalf("no metric %s", name)
 	return 0
+}
+
+// TestRefusedClientGetsAnswer: a refused connection is answered 503 with
+// the reason, and a client whose request comes only after that answer can
+// still send it (the connection is half-closed and waits for it) instead
+// of getting EPIPE.
+func TestRefusedClientGetsAnswer(t *testing.T) {
+	m := securityManager(t)
+	s := NewServer(m, Options{Group: -1, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Limits: Limits{MaxConns: 1}})
+	sock := filepath.Join(t.TempDir(), "keeld.sock")
+	l, err := Listen(sock, -1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	go s.Serve(l)
+	t.Cleanup(func() { s.Close(context.Background()) })
+	hold, err := net.Dial("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer hold.Close()
+	waitFor(t, "first connection admitted", 5*time.Second, func() bool { return s.ConnStats().Open == 1 })
+
+	c, err := net.Dial("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusServiceUnavailable || !strings.Contains(string(body), "1 connections open (limit 1)") {
+		t.Fatalf("refused connection: %d %s", resp.StatusCode, body)
+	}
+	if _, err := io.WriteString(c, "GET /v1/services HTTP/1.1\r\nHost: keeld\r\n\r\n"); err != nil {
+		t.Fatalf("request after the 503: %v", err)
+	}
+	if s.ConnStats().Refused != 1 {
+		t.Errorf("stats %+v", s.ConnStats())
+	}
 }

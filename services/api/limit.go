@@ -65,10 +65,11 @@ type ConnStats struct {
 // connLimiter counts the connections of all of a Server's listeners
 // against its Limits.
 type connLimiter struct {
-	lim     Limits
-	self    int // keeld's uid, privileged like root
-	log     *slog.Logger
-	refused atomic.Uint64
+	lim      Limits
+	self     int // keeld's uid, privileged like root
+	log      *slog.Logger
+	refused  atomic.Uint64
+	drainers chan struct{} // semaphore of maxDrainers
 
 	mu          sync.Mutex
 	open, unpri int
@@ -81,8 +82,15 @@ type connLimiter struct {
 // flood does not flood the log.
 const refuseLogEvery = 10 * time.Second
 
+// Refused connections drained at once, and for how long each (see refuse).
+const (
+	maxDrainers = 4
+	drainFor    = 200 * time.Millisecond
+)
+
 func newConnLimiter(lim Limits, log *slog.Logger) *connLimiter {
-	return &connLimiter{lim: lim.withDefaults(), self: os.Getuid(), log: log, perUID: map[int]int{}}
+	return &connLimiter{lim: lim.withDefaults(), self: os.Getuid(), log: log, perUID: map[int]int{},
+		drainers: make(chan struct{}, maxDrainers)}
 }
 
 // limitListener admits a connection only within its limiter's Limits,
@@ -148,15 +156,31 @@ func (l *connLimiter) release(uid int) {
 	}
 }
 
-// refuse answers 503 without reading the request (a fresh socket's send
-// buffer takes the few bytes at once; the deadline only guards against
-// the impossible) and closes c.
+// refuse answers 503 (a fresh socket's send buffer takes the few bytes at
+// once; the deadline only guards against the impossible) and closes c.
+// A client that has not sent its request yet would get EPIPE instead of
+// the answer if c closed at once, so up to maxDrainers refused
+// connections are half-closed and wait (at most drainFor) for the
+// request to arrive before they close.
 func (l *connLimiter) refuse(c net.Conn, uid int, why string) {
 	l.refused.Add(1)
 	body := fmt.Sprintf("{\"error\": %q}\n", "keeld: connection refused: "+why)
 	_ = c.SetWriteDeadline(time.Now().Add(50 * time.Millisecond))
 	_, _ = fmt.Fprintf(c, "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%s", len(body), body)
-	_ = c.Close()
+	select {
+	case l.drainers <- struct{}{}:
+		go func() {
+			defer func() { <-l.drainers }()
+			if cw, ok := c.(interface{ CloseWrite() error }); ok {
+				_ = cw.CloseWrite()
+			}
+			_ = c.SetReadDeadline(time.Now().Add(drainFor))
+			_, _ = c.Read(make([]byte, 4096))
+			_ = c.Close()
+		}()
+	default:
+		_ = c.Close()
+	}
 	l.mu.Lock()
 	now := time.Now()
 	n := l.unlogged + 1
