@@ -27,9 +27,10 @@ import (
 	"github.com/keelinit/keel/services"
 )
 
-// These tests run clients as uid 65534 (nobody): the test binary is
-// copied where nobody can execute it and re-executed with
-// KEEL_API_TEST_HELPER naming what to do.
+// These tests run clients as uid 65534 ("nobody" below): the test binary
+// is copied where that uid can execute it and re-executed with
+// KEEL_API_TEST_HELPER naming what to do; the flood itself is
+// internal/hostile's.
 
 const nobody = 65534
 
@@ -61,8 +62,8 @@ func requireRoot(t *testing.T) {
 	}
 }
 
-// hostileDir is a directory that nobody can enter (for the socket) and
-// holding a copy of the test binary that nobody can execute.
+// hostileDir is a directory that uid 65534 can enter (for the socket),
+// holding a copy of the test binary that it can execute.
 func hostileDir(t *testing.T) (dir, bin string) {
 	t.Helper()
 	dir, err := os.MkdirTemp("", "keel-api-hostile-")
@@ -88,12 +89,11 @@ func hostileDir(t *testing.T) (dir, bin string) {
 	return dir, bin
 }
 
-// helperAs returns the test binary running helper as uid/gid with the
-// given supplementary groups.
-func helperAs(bin, helper string, uid, gid int, groups []uint32, env ...string) *exec.Cmd {
+// helperAs returns the test binary running helper as uid/gid.
+func helperAs(bin, helper string, uid, gid int, env ...string) *exec.Cmd {
 	cmd := exec.Command(bin, "-test.run=^$")
 	cmd.Env = append([]string{"KEEL_API_TEST_HELPER=" + helper}, env...)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid), Groups: groups}, Pdeathsig: syscall.SIGKILL}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}, Pdeathsig: syscall.SIGKILL}
 	cmd.Stderr = os.Stderr
 	return cmd
 }
@@ -337,7 +337,7 @@ func TestConnectionTimeouts(t *testing.T) {
 
 	// nobody asks for 64 MiB and reads none of it.
 	waitFor(t, "connections closed", 5*time.Second, func() bool { return s.ConnStats().Open == 0 })
-	slow := helperAs(bin, "slow-reader", nobody, nobody, nil, "KEEL_REQUEST_SOCKET="+sock, "KEEL_REQUEST=GET /x/big")
+	slow := helperAs(bin, "slow-reader", nobody, nobody, "KEEL_REQUEST_SOCKET="+sock, "KEEL_REQUEST=GET /x/big")
 	stdin, _ := slow.StdinPipe()
 	stdout, _ := slow.StdoutPipe()
 	if err := slow.Start(); err != nil {
@@ -406,7 +406,7 @@ func TestGroupsFromConnectTime(t *testing.T) {
 	}
 	mine, theirs := os.NewFile(uintptr(fds[0]), "pass-recv"), os.NewFile(uintptr(fds[1]), "pass-send")
 	defer mine.Close()
-	pass := helperAs(bin, "connect-and-pass", nobody, nobody, nil, "KEEL_PASS_SOCKET="+sock)
+	pass := helperAs(bin, "connect-and-pass", nobody, nobody, "KEEL_PASS_SOCKET="+sock)
 	pass.ExtraFiles = []*os.File{theirs}
 	err = pass.Run()
 	theirs.Close()
