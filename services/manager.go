@@ -765,6 +765,12 @@ func (m *Manager) onNotify(msg notify.Message) {
 		m.notifyWarnf("notify: message from pid %d (uid %d) that belongs to no service; ignored", msg.PID, msg.UID)
 		return
 	}
+	if !msg.SenderAlive() {
+		// Checked after the lookup: the sender was reaped, so the pid
+		// may name another process now, and the lookup may have found that one.
+		m.notifyWarnf("notify: message from pid %d (uid %d), which exited before it was handled (its pid may be reused); ignored", msg.PID, msg.UID)
+		return
+	}
 	u.mu.Lock()
 	p := u.proc
 	d := u.def

@@ -51,6 +51,11 @@ func helper(mode string, args []string) {
 		fmt.Println("crashing soon")
 		time.Sleep(30 * time.Millisecond)
 		os.Exit(3)
+	case "spoof": // one STATUS= line, then exit
+		if _, err := notify.Send("STATUS=" + args[0]); err != nil {
+			os.Exit(2)
+		}
+		os.Exit(0)
 	case "grandchild-notify": // READY=1 sent from a forked child
 		// the test binary re-executes itself as "notify" but we only care
 		// that a descendant's pid maps back to the service.

@@ -26,6 +26,10 @@ type Message struct {
 	UID    int
 	GID    int
 	Fields map[string]string
+	// pidfd is the sender's, open while the handler runs, if hasPidfd
+	// (see SenderAlive).
+	pidfd    int
+	hasPidfd bool
 }
 
 // Ready reports READY=1.

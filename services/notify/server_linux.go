@@ -1,6 +1,7 @@
 package notify
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"net"
@@ -42,6 +43,10 @@ func Listen(path string, handle func(Message), bad func(error)) (*Server, error)
 	var serr error
 	if err := raw.Control(func(fd uintptr) {
 		serr = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_PASSCRED, 1)
+		// A pidfd of the sender with every datagram (Linux >= 6.5), for
+		// Message.SenderAlive; older kernels refuse it and SenderAlive
+		// cannot tell.
+		_ = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_PASSPIDFD, 1)
 	}); err != nil || serr != nil {
 		conn.Close()
 		return nil, fmt.Errorf("notify: SO_PASSCRED: %w", errors.Join(err, serr))
@@ -68,9 +73,9 @@ func (s *Server) loop(handle func(Message), bad func(error)) {
 		return
 	}
 	buf := make([]byte, MaxMessage+1)
-	// Room for the credentials and some descriptors: the kernel discards
-	// (and closes) descriptors that do not fit.
-	oob := make([]byte, unix.CmsgSpace(unix.SizeofUcred)*4)
+	// Room for the credentials, the sender's pidfd and some descriptors:
+	// the kernel discards (and closes) descriptors that do not fit.
+	oob := make([]byte, unix.CmsgSpace(unix.SizeofUcred)*4+unix.CmsgSpace(4))
 	for {
 		var n, oobn, flags int
 		var rerr error
@@ -90,27 +95,37 @@ func (s *Server) loop(handle func(Message), bad func(error)) {
 			report(err)
 			continue
 		}
-		cred, passed, err := parseControl(oob[:oobn])
-		if passed > 0 {
-			// sd_notify passes descriptors only with FDSTORE=1, which Keel
-			// does not implement; every local user may send here.
-			report(fmt.Errorf("notify: %d file descriptors passed by pid %d closed (FDSTORE is not supported)", passed, credPID(cred)))
-		}
-		if err != nil {
+		if err := deliver(buf[:n], flags, oob[:oobn], handle, report); err != nil {
 			report(err)
-			continue
 		}
-		if n > MaxMessage || flags&unix.MSG_TRUNC != 0 {
-			report(fmt.Errorf("notify: datagram larger than %d bytes dropped", MaxMessage))
-			continue
-		}
-		fields, err := Parse(buf[:n])
-		if err != nil {
-			report(fmt.Errorf("pid %d: %w", cred.Pid, err))
-			continue
-		}
-		handle(Message{PID: int(cred.Pid), UID: int(cred.Uid), GID: int(cred.Gid), Fields: fields})
 	}
+}
+
+// deliver hands one datagram (its payload, recvmsg flags and control
+// messages) to handle, or returns why not. Descriptors that came with it,
+// the sender's pidfd included, are closed when it returns.
+func deliver(b []byte, flags int, oob []byte, handle func(Message), report func(error)) error {
+	cred, pidfd, passed, err := parseControl(oob)
+	if pidfd >= 0 {
+		defer unix.Close(pidfd)
+	}
+	if passed > 0 {
+		// sd_notify passes descriptors only with FDSTORE=1, which Keel
+		// does not implement; every local user may send here.
+		report(fmt.Errorf("notify: %d file descriptors passed by pid %d closed (FDSTORE is not supported)", passed, credPID(cred)))
+	}
+	if err != nil {
+		return err
+	}
+	if len(b) > MaxMessage || flags&unix.MSG_TRUNC != 0 {
+		return fmt.Errorf("notify: datagram larger than %d bytes dropped", MaxMessage)
+	}
+	fields, err := Parse(b)
+	if err != nil {
+		return fmt.Errorf("pid %d: %w", cred.Pid, err)
+	}
+	handle(Message{PID: int(cred.Pid), UID: int(cred.Uid), GID: int(cred.Gid), Fields: fields, pidfd: pidfd, hasPidfd: pidfd >= 0})
+	return nil
 }
 
 func credPID(c *unix.Ucred) int32 {
@@ -120,13 +135,14 @@ func credPID(c *unix.Ucred) int32 {
 	return c.Pid
 }
 
-// parseControl returns the sender's credentials from a datagram's control
-// messages, after closing every descriptor passed with it (it returns how
-// many).
-func parseControl(oob []byte) (*unix.Ucred, int, error) {
+// parseControl returns the sender's credentials and pidfd (-1 if none)
+// from a datagram's control messages, after closing every other
+// descriptor passed with it (it returns how many).
+func parseControl(oob []byte) (*unix.Ucred, int, int, error) {
+	pidfd := -1
 	msgs, err := unix.ParseSocketControlMessage(oob)
 	if err != nil {
-		return nil, 0, fmt.Errorf("notify: control message: %w", err)
+		return nil, pidfd, 0, fmt.Errorf("notify: control message: %w", err)
 	}
 	var cred *unix.Ucred
 	var cerr error = ErrNoCredentials
@@ -142,6 +158,10 @@ func parseControl(oob []byte) (*unix.Ucred, int, error) {
 				_ = unix.Close(fd)
 			}
 			passed += len(fds)
+		case unix.SCM_PIDFD:
+			if len(m.Data) >= 4 && pidfd < 0 {
+				pidfd = int(int32(binary.NativeEndian.Uint32(m.Data)))
+			}
 		case unix.SCM_CREDENTIALS:
 			if cred == nil {
 				cred, cerr = unix.ParseUnixCredentials(&m)
@@ -149,9 +169,9 @@ func parseControl(oob []byte) (*unix.Ucred, int, error) {
 		}
 	}
 	if cred == nil {
-		return nil, passed, cerr
+		return nil, pidfd, passed, cerr
 	}
-	return cred, passed, nil
+	return cred, pidfd, passed, nil
 }
 
 // Close stops the server, waits for the reader goroutine and removes the
@@ -187,4 +207,17 @@ func Send(state string) (bool, error) {
 		return false, fmt.Errorf("notify: send: %w", err)
 	}
 	return true, nil
+}
+
+// SenderAlive reports whether the process that sent m still exists (a
+// zombie counts), so that its pid cannot have been given to another
+// process since. Call it after looking the pid up: a sender that exited
+// and was reaped may have had its pid reused, and then the lookup found
+// someone else. It is valid only while the handler runs, and reports true
+// when the kernel does not pass pidfds (Linux < 6.5).
+func (m Message) SenderAlive() bool {
+	if !m.hasPidfd {
+		return true
+	}
+	return unix.PidfdSendSignal(m.pidfd, 0, nil, 0) == nil
 }
