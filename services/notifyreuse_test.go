@@ -5,10 +5,10 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"testing"
 	"time"
 
+	"github.com/keelinit/keel/internal/hostile"
 	"github.com/keelinit/keel/services/notify"
 )
 
@@ -18,12 +18,7 @@ import (
 // be taken as the service's: the sender's pidfd (SCM_PIDFD) shows it is
 // gone. (Looking the pid up alone attributed it to the service.)
 func TestNotifyFromReusedPID(t *testing.T) {
-	if os.Getuid() != 0 {
-		if os.Getenv("CI") == "true" {
-			t.Fatal("needs root (ns_last_pid)")
-		}
-		t.Skip("needs root (ns_last_pid)")
-	}
+	hostile.RequireRoot(t, "to set ns_last_pid")
 	root := writeRoot(t, tree{"etc/rc.d/d": svc("d", "", "name=d\ncommand=/bin/sleep\ncommand_args=1000\n")})
 	m := newManager(t, root, nil)
 	received, release, handled := make(chan struct{}), make(chan struct{}), make(chan struct{})
@@ -50,25 +45,17 @@ func TestNotifyFromReusedPID(t *testing.T) {
 		t.Fatal("datagram not received within 10 s")
 	}
 	ctx := context.Background()
-	reused := false
-	for range 200 {
-		if err := os.WriteFile("/proc/sys/kernel/ns_last_pid", []byte(strconv.Itoa(pid-1)), 0); err != nil {
-			t.Fatal(err)
-		}
+	hostile.ReusePID(t, pid, func() (int, func()) {
 		if err := m.Start(ctx, "d"); err != nil {
 			t.Fatal(err)
 		}
-		if det, _ := m.Detail("d", 1); det.PID == pid {
-			reused = true
-			break
+		det, _ := m.Detail("d", 1)
+		return det.PID, func() {
+			if err := m.Stop(ctx, "d"); err != nil {
+				t.Fatal(err)
+			}
 		}
-		if err := m.Stop(ctx, "d"); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if !reused {
-		t.Fatalf("pid %d not reused by d's main process in 200 tries", pid)
-	}
+	})
 	close(release)
 	select {
 	case <-handled:

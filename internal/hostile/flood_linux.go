@@ -1,6 +1,7 @@
-// Package hostile runs hostile local clients for tests: a flood of
-// keep-alive connections to a unix socket, from another uid. Only tests
-// import it.
+// Package hostile is for tests that play a hostile local user: a flood of
+// keep-alive connections to a unix socket from another uid (StartFlood),
+// a pid handed to another process (ReusePID), and the root check they
+// need (RequireRoot). Only tests import it.
 package hostile
 
 import (
@@ -39,17 +40,9 @@ type Flood struct {
 // or Python the test is skipped, or fails under CI=true.
 func StartFlood(t testing.TB, sock string, n, uid, gid int) *Flood {
 	t.Helper()
-	need := ""
-	if os.Geteuid() != 0 {
-		need = "root (to run clients as another uid)"
-	} else if _, err := os.Stat(Python); err != nil {
-		need = Python
-	}
-	if need != "" {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("needs %s", need)
-		}
-		t.Skipf("needs %s", need)
+	RequireRoot(t, "to run clients as another uid")
+	if _, err := os.Stat(Python); err != nil {
+		missing(t, Python)
 	}
 	cmd := exec.Command(Python, "-c", floodScript, sock, strconv.Itoa(n))
 	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}, Pdeathsig: syscall.SIGKILL}

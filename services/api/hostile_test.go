@@ -13,7 +13,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -47,18 +46,6 @@ func TestMain(m *testing.M) {
 	default:
 		fmt.Fprintln(os.Stderr, "unknown helper", h)
 		os.Exit(2)
-	}
-}
-
-// requireRoot: running clients as another uid needs root. Under CI=true
-// (where .ci/run runs as root) its absence fails the test.
-func requireRoot(t *testing.T) {
-	t.Helper()
-	if os.Getuid() != 0 {
-		if os.Getenv("CI") == "true" {
-			t.Fatal("needs root (to run clients as uid 65534)")
-		}
-		t.Skip("needs root (to run clients as uid 65534)")
 	}
 }
 
@@ -146,7 +133,7 @@ func openFDs(t *testing.T) int {
 // nobody holds at most its per-uid share of connections, the rest are
 // refused with 503, and keeld's descriptors stay bounded.
 func TestFloodFromReadOnlyUser(t *testing.T) {
-	requireRoot(t)
+	hostile.RequireRoot(t, "to run clients as uid 65534")
 	const floodConns, fdLimit = 600, 512
 	var old unix.Rlimit
 	if err := unix.Getrlimit(unix.RLIMIT_NOFILE, &old); err != nil {
@@ -289,7 +276,7 @@ func waitFor(t *testing.T, what string, within time.Duration, cond func() bool) 
 // call that takes longer than both ReadTimeout and WriteTimeout still
 // completes with its context alive.
 func TestConnectionTimeouts(t *testing.T) {
-	requireRoot(t)
+	hostile.RequireRoot(t, "to run clients as uid 65534")
 	const short = 300 * time.Millisecond
 	dir, bin := hostileDir(t)
 	m, _ := hostileManager(t)
@@ -391,7 +378,7 @@ func TestConnLimiterShares(t *testing.T) {
 // on the handed-on connection is refused. (Reading /proc/PID/status at
 // request time granted it.)
 func TestGroupsFromConnectTime(t *testing.T) {
-	requireRoot(t)
+	hostile.RequireRoot(t, "to run clients as uid 65534")
 	const control = 4243
 	dir, bin := hostileDir(t)
 	m, _ := hostileManager(t)
@@ -436,28 +423,16 @@ func TestGroupsFromConnectTime(t *testing.T) {
 	defer conn.Close()
 
 	// Reuse the pid for a member of the control group.
-	var reuser *exec.Cmd
-	for range 200 {
-		if err := os.WriteFile("/proc/sys/kernel/ns_last_pid", []byte(strconv.Itoa(pid-1)), 0); err != nil {
-			t.Fatalf("ns_last_pid: %v", err)
-		}
+	hostile.ReusePID(t, pid, func() (int, func()) {
 		c := exec.Command("/bin/sleep", "30")
 		c.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: nobody, Gid: nobody, Groups: []uint32{control}}, Pdeathsig: syscall.SIGKILL}
 		if err := c.Start(); err != nil {
 			t.Fatal(err)
 		}
-		if c.Process.Pid == pid {
-			reuser = c
-			break
-		}
-		_ = c.Process.Kill()
-		_ = c.Wait()
-	}
-	if reuser == nil {
-		t.Fatalf("pid %d was not reused in 200 tries", pid)
-	}
-	defer reuser.Wait()
-	defer reuser.Process.Kill()
+		stop := func() { _ = c.Process.Kill(); _ = c.Wait() }
+		t.Cleanup(stop)
+		return c.Process.Pid, stop
+	})
 
 	_ = conn.SetDeadline(time.Now().Add(10 * time.Second))
 	fmt.Fprint(conn, "POST /x/change HTTP/1.1\r\nHost: keeld\r\nContent-Length: 0\r\n\r\n")
