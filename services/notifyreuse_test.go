@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sync"
 	"testing"
 	"time"
 
@@ -32,6 +33,9 @@ func TestNotifyFromReusedPID(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer srv.Close()
+	var once sync.Once
+	unblock := func() { once.Do(func() { close(release) }) }
+	defer unblock() // before srv.Close, which waits for the handler
 	exe, _ := os.Executable()
 	spoof := exec.Command(exe, "-test.run=^$", "--", "helper", "spoof", "spoofed")
 	spoof.Env = append(os.Environ(), "NOTIFY_SOCKET="+srv.Path())
@@ -56,7 +60,7 @@ func TestNotifyFromReusedPID(t *testing.T) {
 			}
 		}
 	})
-	close(release)
+	unblock()
 	select {
 	case <-handled:
 	case <-time.After(10 * time.Second):
