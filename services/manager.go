@@ -15,6 +15,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/keelinit/keel/childproc"
 	"github.com/keelinit/keel/services/notify"
 )
 
@@ -645,7 +646,9 @@ func (m *Manager) Stopping() <-chan struct{} { return m.stopping }
 // Shutdown stops every service in reverse dependency order (a service
 // stops only after every service that requires it has stopped, in
 // parallel otherwise) and closes the notify server. Later calls return
-// immediately with nil. Pending restarts are cancelled.
+// immediately with nil. Pending restarts are cancelled. ctx's deadline
+// bounds the whole shutdown: every stop_timeout is cut short by it, and a
+// daemon still running then is killed.
 func (m *Manager) Shutdown(ctx context.Context) error {
 	first := false
 	m.stopOnce.Do(func() { close(m.stopping); first = true })
@@ -669,7 +672,10 @@ func (m *Manager) Shutdown(ctx context.Context) error {
 	m.log.Info("shutdown: stopping services in reverse order")
 	var smu sync.Mutex
 	var errs []error
-	RunDAG(context.WithoutCancel(ctx), rdeps, nil, func(ctx context.Context, i int) error {
+	// RunDAG must visit every unit even past the deadline (so that each is
+	// at least killed), hence WithoutCancel; each stop gets ctx itself, so
+	// that its deadline bounds every stop_timeout.
+	RunDAG(context.WithoutCancel(ctx), rdeps, nil, func(_ context.Context, i int) error {
 		u := units[i]
 		if u == nil {
 			return nil
@@ -750,7 +756,7 @@ func (m *Manager) owner(pid int) *unit {
 		if u != nil {
 			return u
 		}
-		pp, ok := parentPID(pid)
+		pp, ok := childproc.ParentPID(pid)
 		if !ok || pp <= 1 || pp == os.Getpid() {
 			return nil
 		}

@@ -1,0 +1,196 @@
+package services
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// Descendants that outlive a service's main process and keep its output
+// pipe open (issue 12, D4) must delay neither the detection of its exit
+// nor a stop or a shutdown.
+
+// heldOutputScript writes a shell script to dir: it leaves a setsid
+// grandchild (sleep grandSleep) holding its stdout, records that
+// grandchild's pid, and then runs body. The grandchildren are killed when
+// the test ends.
+func heldOutputScript(t *testing.T, dir, name, grandSleep, body string) string {
+	t.Helper()
+	pids := filepath.Join(dir, name+".grandchildren")
+	path := filepath.Join(dir, name+".sh")
+	src := fmt.Sprintf("#!/bin/sh\nsetsid sleep %s &\necho $! >> %s\necho holder ready\n%s\n", grandSleep, pids, body)
+	if err := os.WriteFile(path, []byte(src), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		b, _ := os.ReadFile(pids)
+		for _, f := range strings.Fields(string(b)) {
+			if pid, err := strconv.Atoi(f); err == nil && pid > 1 {
+				_ = syscall.Kill(pid, syscall.SIGKILL)
+			}
+		}
+	})
+	return path
+}
+
+// waitFor polls the manager's status until cond holds, failing the test at
+// the deadline with the last status.
+func waitFor(t *testing.T, m *Manager, name string, deadline time.Duration, what string, cond func(Status) bool) Status {
+	t.Helper()
+	end := time.Now().Add(deadline)
+	for {
+		st := states(m)[name]
+		if cond(st) {
+			return st
+		}
+		if time.Now().After(end) {
+			t.Fatalf("%s: not %s within %v: %+v", name, what, deadline, st)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// TestKillDetectedDespiteHeldOutput is the reproduction of D4: a daemon
+// runs "setsid sleep 45 &" then "exec sleep 1000"; kill -9 of the main
+// process must be seen at once and restart=always must restart it.
+func TestKillDetectedDespiteHeldOutput(t *testing.T) {
+	dir := t.TempDir()
+	script := heldOutputScript(t, dir, "h", "45", "exec sleep 1000")
+	root := writeRoot(t, tree{
+		"etc/rc.d/h": svc("h", "", "name=h\ncommand="+script+"\nrestart=always\nrestart_backoff=10ms\nstop_timeout=1\n"),
+	})
+	m := newManager(t, root, nil)
+	if err := m.Boot(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	first := waitFor(t, m, "h", 5*time.Second, "running", func(s Status) bool { return s.State == StateRunning && s.PID > 0 })
+	waitFor(t, m, "h", 5*time.Second, "holding its output", func(Status) bool { return readyLines(m, "h") == 1 })
+	if err := syscall.Kill(first.PID, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	st := waitFor(t, m, "h", 5*time.Second, "restarted after kill -9", func(s Status) bool {
+		return s.State == StateRunning && s.Restarts == 1 && s.PID > 0 && s.PID != first.PID
+	})
+	// The new run's output reaches the log.
+	waitFor(t, m, "h", 5*time.Second, "logging again", func(Status) bool { return readyLines(m, "h") == 2 })
+	det, _ := m.Detail("h", 20)
+	if !strings.Contains(strings.Join(det.Log, "\n"), "main process killed by signal SIGKILL") {
+		t.Errorf("log does not name the kill: %q", det.Log)
+	}
+	t.Logf("restarted as pid %d", st.PID)
+}
+
+// readyLines counts the "holder ready" lines in a unit's log.
+func readyLines(m *Manager, name string) int {
+	det, _ := m.Detail(name, 50)
+	return strings.Count(strings.Join(det.Log, "\n"), "holder ready")
+}
+
+// TestShutdownBounded checks that Shutdown ends within the stop timeout or
+// the shutdown deadline, whichever is first, plus a margin, whatever the
+// daemons and their descendants do.
+func TestShutdownBounded(t *testing.T) {
+	const margin = 3 * time.Second
+	tests := []struct {
+		name        string
+		body        string // after the held-output grandchild is started
+		grandSleep  string
+		stopTimeout time.Duration
+		deadline    time.Duration // of the Shutdown context
+		wantErr     string
+	}{
+		// Main exits on SIGTERM; a "sleep infinity" grandchild holds stdout.
+		{"grandchild holds stdout", "exec sleep 1000", "infinity", 2 * time.Second, time.Minute, ""},
+		// Main ignores SIGTERM: killed at stop_timeout.
+		{"TERM ignored, stop timeout first", "trap '' TERM\nwhile :; do sleep 1; done", "infinity", time.Second, time.Minute, "did not exit within 1s of SIGTERM; killed"},
+		// Main ignores SIGTERM and stop_timeout is long: the shutdown
+		// deadline cuts it short.
+		{"TERM ignored, deadline first", "trap '' TERM\nwhile :; do sleep 1; done", "infinity", time.Minute, time.Second, "context deadline exceeded; killed"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			dir := t.TempDir()
+			script := heldOutputScript(t, dir, "d", tt.grandSleep, tt.body)
+			root := writeRoot(t, tree{
+				"etc/rc.d/d": svc("d", "", fmt.Sprintf("name=d\ncommand=%s\nstop_timeout=%g\n", script, tt.stopTimeout.Seconds())),
+			})
+			m := newManager(t, root, nil)
+			if err := m.Boot(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			waitFor(t, m, "d", 5*time.Second, "running", func(s Status) bool { return s.State == StateRunning })
+			// Wait for the script to reach its body (trap installed).
+			waitFor(t, m, "d", 5*time.Second, "holding its output", func(Status) bool { return readyLines(m, "d") == 1 })
+			ctx, cancel := context.WithTimeout(context.Background(), tt.deadline)
+			defer cancel()
+			bound := min(tt.stopTimeout, tt.deadline) + margin
+			t0 := time.Now()
+			done := make(chan error, 1)
+			go func() { done <- m.Shutdown(ctx) }()
+			select {
+			case err := <-done:
+				el := time.Since(t0)
+				t.Logf("shutdown in %v: %v", el.Round(time.Millisecond), err)
+				if tt.wantErr == "" && err != nil || tt.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tt.wantErr)) {
+					t.Errorf("Shutdown error %v, want %q", err, tt.wantErr)
+				}
+				if st := states(m)["d"]; st.State != StateStopped {
+					t.Errorf("after shutdown: %+v", st)
+				}
+			case <-time.After(bound):
+				t.Fatalf("Shutdown still running after %v (stop_timeout %v, deadline %v)", bound, tt.stopTimeout, tt.deadline)
+			}
+		})
+	}
+}
+
+// TestScriptStartWithBackgroundDaemon runs a legacy rc.d script whose start
+// leaves a background daemon holding its output, as "foo &" in rc scripts
+// does: the start is done when the script exits, not when the daemon does.
+func TestScriptStartWithBackgroundDaemon(t *testing.T) {
+	dir := t.TempDir()
+	pids := filepath.Join(dir, "bg.pids")
+	t.Cleanup(func() {
+		b, _ := os.ReadFile(pids)
+		for _, f := range strings.Fields(string(b)) {
+			if pid, err := strconv.Atoi(f); err == nil && pid > 1 {
+				_ = syscall.Kill(pid, syscall.SIGKILL)
+			}
+		}
+	})
+	root := writeRoot(t, tree{
+		"etc/rc.d/legacy": "#!/bin/sh\n# PROVIDE: legacy\nname=legacy\n" +
+			"case $1 in start) setsid sleep infinity & echo $! >> " + pids + "; echo started;; status) setsid sleep infinity & echo $! >> " + pids + "; echo legacy is fine;; esac\n",
+	})
+	m := newManager(t, root, nil)
+	done := make(chan error, 1)
+	go func() { done <- m.Boot(context.Background()) }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatalf("boot still waiting for the script's background daemon after 5s: %+v", states(m)["legacy"])
+	}
+	if st := states(m)["legacy"]; st.State != StateExited {
+		t.Fatalf("legacy: %+v", st)
+	}
+	// The status query (keelctl status legacy) is not held either.
+	got := make(chan Detail, 1)
+	go func() { det, _ := m.Detail("legacy", 5); got <- det }()
+	select {
+	case det := <-got:
+		if det.StatusText != "legacy is fine" {
+			t.Errorf("status text %q", det.StatusText)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("Detail still waiting for the status run's background daemon after 5s")
+	}
+}
