@@ -1,0 +1,85 @@
+//go:build linux
+
+package virtio_test
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/keelinit/keel/crypto"
+	"github.com/keelinit/keel/crypto/virtio"
+)
+
+// syncBuffer is a Go writer (not an *os.File) for the device's output.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+// TestDeathSeenWhileOutputHeld kills the device while a descendant of it
+// holds both its output (a Go writer) and its socket: only the process
+// wait can tell, and it must, within a deadline; Close must not wait for
+// the descendant either (issue 12, D4, in the virtio provider).
+func TestDeathSeenWhileOutputHeld(t *testing.T) {
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	pids := filepath.Join(dir, "grandchild.pid")
+	wrapper := filepath.Join(dir, "device.sh")
+	src := fmt.Sprintf("#!/bin/sh\nsetsid sleep 60 &\necho $! > %s\n%s=1 exec %s\n", pids, virtio.ChildEnv, exe)
+	if err := os.WriteFile(wrapper, []byte(src), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if b, err := os.ReadFile(pids); err == nil {
+			if pid, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil && pid > 1 {
+				_ = syscall.Kill(pid, syscall.SIGKILL)
+			}
+		}
+	})
+	faulted := make(chan error, 1)
+	p, err := virtio.Start(t.Context(), virtio.Options{DevicePath: wrapper, DeviceOutput: &syncBuffer{},
+		OnFault: func(err error) {
+			select {
+			case faulted <- err:
+			default:
+			}
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-faulted:
+		if !errors.Is(err, crypto.ErrDeviceGone) {
+			t.Fatalf("fault %v, want ErrDeviceGone", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatalf("device death not seen within 5s (Dead() = %v)", p.Dead())
+	}
+	closed := make(chan error, 1)
+	go func() { closed <- p.Close(t.Context()) }()
+	select {
+	case <-closed:
+	case <-time.After(5 * time.Second):
+		t.Fatal("Close still waiting after 5s")
+	}
+}
