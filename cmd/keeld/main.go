@@ -34,6 +34,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/viper"
 
+	"github.com/keelinit/keel/childproc"
 	"github.com/keelinit/keel/etc"
 	"github.com/keelinit/keel/services"
 	"github.com/keelinit/keel/services/api"
@@ -214,6 +215,19 @@ func run(ctx context.Context, s settings) error {
 	self, _ := os.Executable()
 	log.Info(fmt.Sprintf("keeld %d starting: root %s, runtime %s, uid %d", os.Getpid(), desc, s.RuntimeDir, os.Getuid()))
 
+	// Before anything is spawned: orphans of services are reaped by keeld
+	// (as PID 1, or as a child subreaper otherwise).
+	reaper, err := childproc.StartReaper(log)
+	if err != nil {
+		return err
+	}
+	defer reaper.Close()
+	if reaper.Subreaper() {
+		log.Info("child subreaper: keeld reaps its services' orphaned descendants")
+	} else {
+		log.Info("running as PID 1: keeld reaps every orphan")
+	}
+
 	sys := newSubsystems(s, log)
 	mgr, err := services.New(services.Options{
 		Root: root, RootDir: rootDir, RuntimeDir: s.RuntimeDir, Logger: log,
@@ -274,7 +288,7 @@ func run(ctx context.Context, s settings) error {
 		if bootErr != nil {
 			log.Warn(bootErr.Error())
 		}
-		metricsStop = startMetrics(log, mgr, sys, elapsed)
+		metricsStop = startMetrics(log, mgr, sys, reaper, elapsed)
 		sd.ready(summaryLine(mgr, elapsed))
 	}()
 
@@ -359,7 +373,7 @@ func printSummary(log *slog.Logger, m *services.Manager, sys *subsystems, elapse
 
 // startMetrics serves Prometheus metrics on rc.conf's metrics_listen, if
 // set. It returns a stop function.
-func startMetrics(log *slog.Logger, m *services.Manager, sys *subsystems, boot time.Duration) func() {
+func startMetrics(log *slog.Logger, m *services.Manager, sys *subsystems, reaper *childproc.Reaper, boot time.Duration) func() {
 	addr := m.Catalog().Chain.Global().Get("metrics_listen")
 	if addr == "" {
 		return func() {}
@@ -367,6 +381,8 @@ func startMetrics(log *slog.Logger, m *services.Manager, sys *subsystems, boot t
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	reg.MustRegister(services.NewCollector(m))
+	reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "keel_orphans_reaped_total",
+		Help: "Orphaned processes reaped by keeld as PID 1 or child subreaper."}, func() float64 { return float64(reaper.Reaped()) }))
 	for _, c := range sys.Collectors() {
 		reg.MustRegister(c)
 	}
