@@ -118,9 +118,6 @@ func (c *Child) State() (*os.ProcessState, error) {
 // It may stay open long after Exited.
 func (c *Child) OutputDone() <-chan struct{} { return c.outDone }
 
-// Process is the started process, for signals.
-func (c *Child) Process() *os.Process { return c.cmd.Process }
-
 func needsPipe(w io.Writer) bool {
 	if w == nil {
 		return false
