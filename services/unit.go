@@ -287,8 +287,9 @@ func (u *unit) runAux(ctx context.Context, d *Definition, what string, argv []st
 		}
 		return nil
 	case <-ctx.Done():
-		_ = killGroup(c.Pid, syscall.SIGKILL)
-		<-c.Exited()
+		if !killGroupAndWait(c.Pid, c.Exited()) {
+			return fmt.Errorf("%s %s: %w; killed, but not gone %v later", what, argv[0], ctx.Err(), killWait)
+		}
 		return fmt.Errorf("%s %s: %w", what, argv[0], ctx.Err())
 	}
 }
@@ -347,8 +348,7 @@ func (u *unit) spawnDaemon(ctx context.Context, d *Definition) (*proc, error) {
 		case <-p.exited:
 			return nil, fmt.Errorf("%s %s before it was ready", d.Command, exitText(p.state, p.waitErr))
 		case <-ctx.Done():
-			_ = killGroup(p.pid, syscall.SIGKILL)
-			<-p.exited
+			_ = killGroupAndWait(p.pid, p.exited)
 			u.mu.Lock()
 			u.proc = nil
 			u.mu.Unlock()
@@ -622,12 +622,23 @@ func stopProc(ctx context.Context, p *proc, sig syscall.Signal, timeout time.Dur
 	case <-ctx.Done():
 		why = fmt.Sprintf("still running %v after %s: %v", time.Since(t0).Round(time.Millisecond), unixSignalName(sig), context.Cause(ctx))
 	}
-	_ = killGroup(p.pid, syscall.SIGKILL)
-	select {
-	case <-p.exited:
-		return errors.New(why + "; killed")
-	case <-time.After(killWait):
+	if !killGroupAndWait(p.pid, p.exited) {
 		return fmt.Errorf("%s; killed, but not gone %v later", why, killWait)
+	}
+	return errors.New(why + "; killed")
+}
+
+// killGroupAndWait sends SIGKILL to pid's process group and waits at most
+// killWait for exited to close; it reports whether it did.
+func killGroupAndWait(pid int, exited <-chan struct{}) bool {
+	_ = killGroup(pid, syscall.SIGKILL)
+	t := time.NewTimer(killWait)
+	defer t.Stop()
+	select {
+	case <-exited:
+		return true
+	case <-t.C:
+		return false
 	}
 }
 
