@@ -1,6 +1,7 @@
 package childproc
 
 import (
+	"errors"
 	"io"
 	"os"
 	"os/exec"
@@ -28,9 +29,13 @@ type Child struct {
 // Start starts cmd and registers its pid so that the Reaper leaves it to
 // this Child. A cmd.Stdout or cmd.Stderr that is a Go writer rather than
 // an *os.File is fed from a pipe owned by the Child (one pipe when both
-// are the same writer, as os/exec does). The caller must not call
-// cmd.Wait: the Child waits, and Exited reports the exit.
+// are the same writer, as os/exec does). cmd.Stdin must be nil or an
+// *os.File: os/exec's Wait would wait for a Go reader's copy. The caller
+// must not call cmd.Wait: the Child waits, and Exited reports the exit.
 func Start(cmd *exec.Cmd) (*Child, error) {
+	if _, isFile := cmd.Stdin.(*os.File); cmd.Stdin != nil && !isFile {
+		return nil, errors.New("childproc: Stdin must be nil or an *os.File")
+	}
 	c := &Child{cmd: cmd, exited: make(chan struct{}), outDone: make(chan struct{})}
 	if cmd.WaitDelay == 0 {
 		cmd.WaitDelay = DefaultWaitDelay

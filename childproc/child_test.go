@@ -1,0 +1,110 @@
+package childproc
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// heldOutput returns a shell command that leaves a setsid grandchild
+// holding its stdout (killed when the test ends), writes "main" and, when
+// the grandchild is killed, nothing more: the grandchild only sleeps.
+func heldOutput(t *testing.T, exit int) *exec.Cmd {
+	t.Helper()
+	pidf := filepath.Join(t.TempDir(), "grandchild")
+	t.Cleanup(func() {
+		if b, err := os.ReadFile(pidf); err == nil {
+			if pid, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil && pid > 1 {
+				_ = syscall.Kill(pid, syscall.SIGKILL)
+			}
+		}
+	})
+	return exec.Command("/bin/sh", "-c", "setsid sleep 60 & echo $! > "+pidf+"; echo main; echo to-stderr >&2; exit "+strconv.Itoa(exit))
+}
+
+// TestExitNotHeldByOutput: a Child's exit is reported at the process exit
+// with its status, while a descendant still holds the output pipe; the
+// output written so far is delivered, and OutputDone waits for the
+// descendant.
+func TestExitNotHeldByOutput(t *testing.T) {
+	tests := []struct {
+		name           string
+		sameWriter     bool
+		exit           int
+		wantOut        string
+		wantErrWritten string
+	}{
+		{"one writer for both", true, 0, "main\nto-stderr\n", ""},
+		{"separate writers", false, 4, "main\n", "to-stderr\n"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cmd := heldOutput(t, tt.exit)
+			var out, errw lockedBuffer
+			cmd.Stdout, cmd.Stderr = &out, &errw
+			if tt.sameWriter {
+				cmd.Stderr = &out
+			}
+			c, err := Start(cmd)
+			if err != nil {
+				t.Fatal(err)
+			}
+			select {
+			case <-c.Exited():
+			case <-time.After(5 * time.Second):
+				t.Fatal("exit not reported within 5s while a descendant holds the output")
+			}
+			if st, _ := c.State(); st.ExitCode() != tt.exit {
+				t.Errorf("exit code %d, want %d", st.ExitCode(), tt.exit)
+			}
+			deadline := time.Now().Add(5 * time.Second)
+			for string(out.bytes()) != tt.wantOut || string(errw.bytes()) != tt.wantErrWritten {
+				if time.Now().After(deadline) {
+					t.Fatalf("output %q / %q, want %q / %q", string(out.bytes()), string(errw.bytes()), tt.wantOut, tt.wantErrWritten)
+				}
+				time.Sleep(5 * time.Millisecond)
+			}
+			select {
+			case <-c.OutputDone():
+				t.Fatal("OutputDone while the grandchild holds the pipe")
+			default:
+			}
+		})
+	}
+}
+
+// TestOutputReturnsAtExit: Output returns the main process's output at
+// its exit, not when a descendant closes the pipe.
+func TestOutputReturnsAtExit(t *testing.T) {
+	cmd := heldOutput(t, 0)
+	type res struct {
+		out []byte
+		err error
+	}
+	done := make(chan res, 1)
+	go func() {
+		b, err := Output(cmd)
+		done <- res{b, err}
+	}()
+	select {
+	case r := <-done:
+		if r.err != nil || string(r.out) != "main\n" {
+			t.Fatalf("Output = %q, %v", r.out, r.err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("Output still waiting for the descendant after 5s")
+	}
+}
+
+func TestStartRefusesGoStdin(t *testing.T) {
+	cmd := exec.Command("/bin/true")
+	cmd.Stdin = strings.NewReader("x")
+	if _, err := Start(cmd); err == nil || !strings.Contains(err.Error(), "Stdin") {
+		t.Fatalf("Start with a Go reader as stdin: %v", err)
+	}
+}
