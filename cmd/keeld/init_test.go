@@ -6,6 +6,7 @@ import (
 	"os/exec"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -140,5 +141,49 @@ func TestReapsOrphans(t *testing.T) {
 			}
 			d.waitExit(t)
 		})
+	}
+}
+
+// TestShutdownWithHeldOutput is D4's reproduction on the real binary: a
+// daemon leaves a "setsid sleep infinity" grandchild holding its stdout;
+// keelctl shutdown must end keeld within the 2 s stop timeout plus a
+// margin (it used to take as long as the grandchild lived).
+func TestShutdownWithHeldOutput(t *testing.T) {
+	const stopTimeout, margin = 2 * time.Second, 3 * time.Second
+	rt := t.TempDir()
+	pidf := rt + "/grandchild.pid"
+	t.Cleanup(func() {
+		if b, err := os.ReadFile(pidf); err == nil {
+			if pid, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil && pid > 1 {
+				_ = syscall.Kill(pid, syscall.SIGKILL)
+			}
+		}
+	})
+	root := writeTree(t, map[string]string{
+		"etc/defaults/rc.conf": "",
+		"etc/rc.conf":          "",
+		"bin/holder":           "setsid sleep infinity &\necho $! > " + pidf + "\necho holding\nexec sleep 1000\n",
+		"etc/rc.d/holder":      svc("holder", "", "name=holder\ncommand=/bin/sh\ncommand_args=${keel_root}/bin/holder\nstop_timeout=2\n"),
+	})
+	d := startKeeld(t, root)
+	end := time.Now().Add(5 * time.Second)
+	for {
+		if _, err := os.Stat(pidf); err == nil {
+			break
+		}
+		if time.Now().After(end) {
+			t.Fatal("holder did not start its grandchild within 5s")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	t0 := time.Now()
+	if out, errs, code := d.keelctl(nil, "shutdown"); code != 0 {
+		t.Fatalf("shutdown: %s %s", out, errs)
+	}
+	select {
+	case <-d.exited:
+		t.Logf("keeld exited %v after keelctl shutdown: %v", time.Since(t0).Round(time.Millisecond), d.exitErr)
+	case <-time.After(stopTimeout + margin):
+		t.Fatalf("keeld still running %v after keelctl shutdown (stop_timeout %v)", stopTimeout+margin, stopTimeout)
 	}
 }
