@@ -92,64 +92,6 @@ func readyLines(m *Manager, name string) int {
 	return strings.Count(strings.Join(det.Log, "\n"), "holder ready")
 }
 
-// TestShutdownBounded checks that Shutdown ends within the stop timeout or
-// the shutdown deadline, whichever is first, plus a margin, whatever the
-// daemons and their descendants do.
-func TestShutdownBounded(t *testing.T) {
-	const margin = 3 * time.Second
-	tests := []struct {
-		name        string
-		body        string // after the held-output grandchild is started
-		grandSleep  string
-		stopTimeout time.Duration
-		deadline    time.Duration // of the Shutdown context
-		wantErr     string
-	}{
-		// Main exits on SIGTERM; a "sleep infinity" grandchild holds stdout.
-		{"grandchild holds stdout", "exec sleep 1000", "infinity", 2 * time.Second, time.Minute, ""},
-		// Main ignores SIGTERM: killed at stop_timeout.
-		{"TERM ignored, stop timeout first", "trap '' TERM\nwhile :; do sleep 1; done", "infinity", time.Second, time.Minute, "did not exit within 1s of SIGTERM; killed"},
-		// Main ignores SIGTERM and stop_timeout is long: the shutdown
-		// deadline cuts it short.
-		{"TERM ignored, deadline first", "trap '' TERM\nwhile :; do sleep 1; done", "infinity", time.Minute, time.Second, "context deadline exceeded; killed"},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			dir := t.TempDir()
-			script := heldOutputScript(t, dir, "d", tt.grandSleep, tt.body)
-			root := writeRoot(t, tree{
-				"etc/rc.d/d": svc("d", "", fmt.Sprintf("name=d\ncommand=%s\nstop_timeout=%g\n", script, tt.stopTimeout.Seconds())),
-			})
-			m := newManager(t, root, nil)
-			if err := m.Boot(context.Background()); err != nil {
-				t.Fatal(err)
-			}
-			waitFor(t, m, "d", 5*time.Second, "running", func(s Status) bool { return s.State == StateRunning })
-			// Wait for the script to reach its body (trap installed).
-			waitFor(t, m, "d", 5*time.Second, "holding its output", func(Status) bool { return readyLines(m, "d") == 1 })
-			ctx, cancel := context.WithTimeout(context.Background(), tt.deadline)
-			defer cancel()
-			bound := min(tt.stopTimeout, tt.deadline) + margin
-			t0 := time.Now()
-			done := make(chan error, 1)
-			go func() { done <- m.Shutdown(ctx) }()
-			select {
-			case err := <-done:
-				el := time.Since(t0)
-				t.Logf("shutdown in %v: %v", el.Round(time.Millisecond), err)
-				if tt.wantErr == "" && err != nil || tt.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tt.wantErr)) {
-					t.Errorf("Shutdown error %v, want %q", err, tt.wantErr)
-				}
-				if st := states(m)["d"]; st.State != StateStopped {
-					t.Errorf("after shutdown: %+v", st)
-				}
-			case <-time.After(bound):
-				t.Fatalf("Shutdown still running after %v (stop_timeout %v, deadline %v)", bound, tt.stopTimeout, tt.deadline)
-			}
-		})
-	}
-}
-
 // TestScriptStartWithBackgroundDaemon runs a legacy rc.d script whose start
 // leaves a background daemon holding its output, as "foo &" in rc scripts
 // does: the start is done when the script exits, not when the daemon does.

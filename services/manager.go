@@ -168,15 +168,8 @@ func (m *Manager) Boot(ctx context.Context) error {
 		return ErrShuttingDown
 	}
 	// Shutdown during boot cancels the services still starting or waiting.
-	ctx, cancel := context.WithCancel(ctx)
+	ctx, cancel := m.untilShutdown(ctx)
 	defer cancel()
-	go func() {
-		select {
-		case <-m.stopping:
-			cancel()
-		case <-ctx.Done():
-		}
-	}()
 	cat := m.Catalog()
 	units := make([]*unit, len(cat.Defs))
 	m.mu.Lock()
@@ -300,6 +293,8 @@ func (m *Manager) Graph() string { return m.Catalog().DOT() }
 // Start starts a service, first starting any requirement that is not
 // active. A disabled service is refused.
 func (m *Manager) Start(ctx context.Context, name string) error {
+	ctx, cancel := m.untilShutdown(ctx)
+	defer cancel()
 	m.opMu.Lock()
 	defer m.opMu.Unlock()
 	return m.startLocked(ctx, name, map[string]bool{})
@@ -356,6 +351,8 @@ func (m *Manager) startLocked(ctx context.Context, name string, seen map[string]
 // hold in-process references to it, as in Restart). Other services that
 // merely REQUIRE it, for ordering, stay up.
 func (m *Manager) Stop(ctx context.Context, name string) error {
+	ctx, cancel := m.untilShutdown(ctx)
+	defer cancel()
 	m.opMu.Lock()
 	defer m.opMu.Unlock()
 	return m.stopLocked(ctx, name, map[string]bool{})
@@ -389,6 +386,8 @@ func (m *Manager) stopLocked(ctx context.Context, name string, seen map[string]b
 // (which hold in-process references to it) are restarted with it; other
 // dependents stay up.
 func (m *Manager) Restart(ctx context.Context, name string) error {
+	ctx, cancel := m.untilShutdown(ctx)
+	defer cancel()
 	m.opMu.Lock()
 	defer m.opMu.Unlock()
 	u, err := m.unit(name)
@@ -417,6 +416,8 @@ func (m *Manager) Restart(ctx context.Context, name string) error {
 // re-applies its configuration, a daemon gets SIGHUP, a script runs
 // "reload"; others are restarted.
 func (m *Manager) ReloadService(ctx context.Context, name string) error {
+	ctx, cancel := m.untilShutdown(ctx)
+	defer cancel()
 	u, err := m.unit(name)
 	if err != nil {
 		return err
@@ -493,6 +494,8 @@ func (m *Manager) builtinDependents(cat *Catalog, name string) []string {
 // that require a restarted service, which are restarted with it. On an
 // rc.conf error nothing changes and the error is returned.
 func (m *Manager) Reload(ctx context.Context) (ReloadResult, error) {
+	ctx, cancel := m.untilShutdown(ctx)
+	defer cancel()
 	m.opMu.Lock()
 	defer m.opMu.Unlock()
 	var res ReloadResult
@@ -638,6 +641,22 @@ func (m *Manager) isStopping() bool {
 	default:
 		return false
 	}
+}
+
+// untilShutdown returns ctx, cancelled with ErrShuttingDown as well when
+// Shutdown begins: an operation that holds opMu (boot, a manual start or
+// stop, a reload) then ends promptly, instead of running out its start
+// and stop timeouts while Shutdown waits for opMu.
+func (m *Manager) untilShutdown(ctx context.Context) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancelCause(ctx)
+	go func() {
+		select {
+		case <-m.stopping:
+			cancel(ErrShuttingDown)
+		case <-ctx.Done():
+		}
+	}()
+	return ctx, func() { cancel(nil) }
 }
 
 // Stopping is closed when Shutdown begins.
