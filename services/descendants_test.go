@@ -10,6 +10,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/keelinit/keel/internal/testwait"
 )
 
 // Descendants that outlive a service's main process and keep its output
@@ -40,20 +42,20 @@ func heldOutputScript(t *testing.T, dir, name, grandSleep, body string) string {
 }
 
 // waitFor polls the manager's status until cond holds, failing the test at
-// the deadline with the last status.
+// the deadline (and logging the last status).
 func waitFor(t *testing.T, m *Manager, name string, deadline time.Duration, what string, cond func(Status) bool) Status {
 	t.Helper()
-	end := time.Now().Add(deadline)
-	for {
-		st := states(m)[name]
-		if cond(st) {
-			return st
+	var last Status
+	defer func() {
+		if t.Failed() {
+			t.Logf("%s: last status %+v", name, last)
 		}
-		if time.Now().After(end) {
-			t.Fatalf("%s: not %s within %v: %+v", name, what, deadline, st)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	}()
+	testwait.Until(t, deadline, name+" "+what, func() bool {
+		last = states(m)[name]
+		return cond(last)
+	})
+	return last
 }
 
 // TestKillDetectedDespiteHeldOutput is the reproduction of D4: a daemon
@@ -111,28 +113,18 @@ func TestScriptStartWithBackgroundDaemon(t *testing.T) {
 			"case $1 in start) setsid sleep infinity & echo $! >> " + pids + "; echo started;; status) setsid sleep infinity & echo $! >> " + pids + "; echo legacy is fine;; esac\n",
 	})
 	m := newManager(t, root, nil)
-	done := make(chan error, 1)
-	go func() { done <- m.Boot(context.Background()) }()
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Fatal(err)
-		}
-	case <-time.After(5 * time.Second):
-		t.Fatalf("boot still waiting for the script's background daemon after 5s: %+v", states(m)["legacy"])
+	var err error
+	testwait.Func(t, 5*time.Second, "boot past the script's background daemon", func() { err = m.Boot(context.Background()) })
+	if err != nil {
+		t.Fatal(err)
 	}
 	if st := states(m)["legacy"]; st.State != StateExited {
 		t.Fatalf("legacy: %+v", st)
 	}
 	// The status query (keelctl status legacy) is not held either.
-	got := make(chan Detail, 1)
-	go func() { det, _ := m.Detail("legacy", 5); got <- det }()
-	select {
-	case det := <-got:
-		if det.StatusText != "legacy is fine" {
-			t.Errorf("status text %q", det.StatusText)
-		}
-	case <-time.After(5 * time.Second):
-		t.Fatal("Detail still waiting for the status run's background daemon after 5s")
+	var det Detail
+	testwait.Func(t, 5*time.Second, "Detail past the status run's background daemon", func() { det, _ = m.Detail("legacy", 5) })
+	if det.StatusText != "legacy is fine" {
+		t.Errorf("status text %q", det.StatusText)
 	}
 }

@@ -15,7 +15,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/keelinit/keel/childproc"
+	"github.com/keelinit/keel/internal/childproc"
 	"github.com/keelinit/keel/services/notify"
 )
 

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/keelinit/keel/internal/testwait"
 )
 
 // TestShutdownBounded checks that Shutdown ends within the stop timeout or
@@ -49,20 +51,14 @@ func TestShutdownBounded(t *testing.T) {
 			defer cancel()
 			bound := min(tt.stopTimeout, tt.deadline) + margin
 			t0 := time.Now()
-			done := make(chan error, 1)
-			go func() { done <- m.Shutdown(ctx) }()
-			select {
-			case err := <-done:
-				el := time.Since(t0)
-				t.Logf("shutdown in %v: %v", el.Round(time.Millisecond), err)
-				if tt.wantErr == "" && err != nil || tt.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tt.wantErr)) {
-					t.Errorf("Shutdown error %v, want %q", err, tt.wantErr)
-				}
-				if st := states(m)["d"]; st.State != StateStopped {
-					t.Errorf("after shutdown: %+v", st)
-				}
-			case <-time.After(bound):
-				t.Fatalf("Shutdown still running after %v (stop_timeout %v, deadline %v)", bound, tt.stopTimeout, tt.deadline)
+			var err error
+			testwait.Func(t, bound, fmt.Sprintf("Shutdown (stop_timeout %v, deadline %v)", tt.stopTimeout, tt.deadline), func() { err = m.Shutdown(ctx) })
+			t.Logf("shutdown in %v: %v", time.Since(t0).Round(time.Millisecond), err)
+			if tt.wantErr == "" && err != nil || tt.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tt.wantErr)) {
+				t.Errorf("Shutdown error %v, want %q", err, tt.wantErr)
+			}
+			if st := states(m)["d"]; st.State != StateStopped {
+				t.Errorf("after shutdown: %+v", st)
 			}
 		})
 	}
@@ -108,15 +104,9 @@ func TestShutdownCancelsOperations(t *testing.T) {
 			go func() { opErr <- tt.op(m, ctx) }()
 			waitFor(t, m, "slow", 5*time.Second, "starting", func(s Status) bool { return s.State == StateStarting })
 			t0 := time.Now()
-			done := make(chan error, 1)
-			go func() { done <- m.Shutdown(ctx) }()
-			select {
-			case err := <-done:
-				t.Logf("shutdown in %v: %v", time.Since(t0).Round(time.Millisecond), err)
-			case <-time.After(margin):
-				t.Fatalf("Shutdown still waiting for the %s after %v", tt.name, margin)
-			}
-			if err := <-opErr; err == nil {
+			testwait.Func(t, margin, "Shutdown with a "+tt.name+" in progress", func() { _ = m.Shutdown(ctx) })
+			t.Logf("shutdown in %v", time.Since(t0).Round(time.Millisecond))
+			if err, _ := testwait.Recv(t, testwait.Timeout, tt.name+" returned", opErr); err == nil {
 				t.Errorf("%s succeeded, want it cancelled", tt.name)
 			}
 			if st := states(m)["slow"]; st.State == StateRunning || st.State == StateStarting {

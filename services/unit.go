@@ -16,7 +16,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/keelinit/keel/childproc"
+	"github.com/keelinit/keel/internal/childproc"
 	"github.com/keelinit/keel/services/rcconf"
 )
 

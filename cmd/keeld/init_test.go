@@ -9,6 +9,9 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/keelinit/keel/internal/testwait"
+	"github.com/keelinit/keel/services"
 )
 
 // keeld as an init (issue 12, D11): orphans of its services are reaped,
@@ -49,20 +52,15 @@ func zombieChildren(ppid int) []int {
 // childOf returns the (single) child of pid, waiting for it up to deadline.
 func childOf(t *testing.T, pid int, deadline time.Duration) int {
 	t.Helper()
-	end := time.Now().Add(deadline)
-	for {
+	child := 0
+	testwait.Until(t, deadline, fmt.Sprintf("a child of pid %d", pid), func() bool {
 		b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/task/%d/children", pid, pid))
 		if f := strings.Fields(string(b)); len(f) > 0 {
-			c, err := strconv.Atoi(f[0])
-			if err == nil {
-				return c
-			}
+			child, _ = strconv.Atoi(f[0])
 		}
-		if time.Now().After(end) {
-			t.Fatalf("no child of pid %d within %v", pid, deadline)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+		return child > 0
+	})
+	return child
 }
 
 func TestReapsOrphans(t *testing.T) {
@@ -106,36 +104,37 @@ func TestReapsOrphans(t *testing.T) {
 				keeld = childOf(t, keeld, 5*time.Second)
 			}
 			// Every orphan reaped, and the services' own statuses intact.
-			const deadline = 20 * time.Second
-			end := time.Now().Add(deadline)
-			for {
-				st := d.status()
+			var st map[string]services.Status
+			var forked bool
+			var reaped int
+			var zombies []int
+			defer func() {
+				if t.Failed() {
+					t.Logf("forker done %v, three %+v, killed %+v, %d orphans reaped (want %d), zombies of keeld (pid %d): %v",
+						forked, st["three"], st["killed"], reaped, orphans, keeld, zombies)
+				}
+			}()
+			testwait.Until(t, 20*time.Second, "every orphan reaped and both failing services failed", func() bool {
+				st = d.status()
 				out, _, _ := d.keelctl(nil, "status", "forker")
-				done := strings.Contains(out, "forked all") &&
-					st["three"].State == "failed" && st["killed"].State == "failed"
-				reaped := strings.Count(d.logText(), "reaped orphan pid")
-				zombies := zombieChildren(keeld)
-				if done && reaped >= orphans && len(zombies) == 0 {
-					// three exits with 3 eleven times (restart=on-failure,
-					// MaxRestartFailures), each time with its own status.
-					if r, want := st["three"].Reason, "main process exited with status 3; gave up after 10 restarts"; r != want {
-						t.Errorf("three: reason %q, want %q", r, want)
-					}
-					if n := strings.Count(d.logText(), "three: main process exited with status 3"); n != 11 {
-						t.Errorf("three: %d exits with status 3 logged, want 11", n)
-					}
-					if r := st["killed"].Reason; r != "main process killed by signal SIGKILL" {
-						t.Errorf("killed: reason %q, want killed by SIGKILL", r)
-					}
-					t.Logf("%d orphans reaped", reaped)
-					break
-				}
-				if time.Now().After(end) {
-					t.Fatalf("after %v: forker done %v, three %+v, killed %+v, %d orphans reaped (want %d), zombies of keeld (pid %d): %v",
-						deadline, strings.Contains(out, "forked all"), st["three"], st["killed"], reaped, orphans, keeld, zombies)
-				}
-				time.Sleep(20 * time.Millisecond)
+				forked = strings.Contains(out, "forked all")
+				reaped = strings.Count(d.logText(), "reaped orphan pid")
+				zombies = zombieChildren(keeld)
+				return forked && st["three"].State == services.StateFailed && st["killed"].State == services.StateFailed &&
+					reaped >= orphans && len(zombies) == 0
+			})
+			// three exits with 3 eleven times (restart=on-failure,
+			// MaxRestartFailures), each time with its own status.
+			if r, want := st["three"].Reason, "main process exited with status 3; gave up after 10 restarts"; r != want {
+				t.Errorf("three: reason %q, want %q", r, want)
 			}
+			if n := strings.Count(d.logText(), "three: main process exited with status 3"); n != 11 {
+				t.Errorf("three: %d exits with status 3 logged, want 11", n)
+			}
+			if r := st["killed"].Reason; r != "main process killed by signal SIGKILL" {
+				t.Errorf("killed: reason %q, want killed by SIGKILL", r)
+			}
+			t.Logf("%d orphans reaped", reaped)
 			if out, errs, code := d.keelctl(nil, "shutdown"); code != 0 {
 				t.Errorf("shutdown: %s %s", out, errs)
 			}
@@ -166,24 +165,14 @@ func TestShutdownWithHeldOutput(t *testing.T) {
 		"etc/rc.d/holder":      svc("holder", "", "name=holder\ncommand=/bin/sh\ncommand_args=${keel_root}/bin/holder\nstop_timeout=2\n"),
 	})
 	d := startKeeld(t, root)
-	end := time.Now().Add(5 * time.Second)
-	for {
-		if _, err := os.Stat(pidf); err == nil {
-			break
-		}
-		if time.Now().After(end) {
-			t.Fatal("holder did not start its grandchild within 5s")
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	testwait.Until(t, testwait.Timeout, "holder's grandchild started", func() bool {
+		_, err := os.Stat(pidf)
+		return err == nil
+	})
 	t0 := time.Now()
 	if out, errs, code := d.keelctl(nil, "shutdown"); code != 0 {
 		t.Fatalf("shutdown: %s %s", out, errs)
 	}
-	select {
-	case <-d.exited:
-		t.Logf("keeld exited %v after keelctl shutdown: %v", time.Since(t0).Round(time.Millisecond), d.exitErr)
-	case <-time.After(stopTimeout + margin):
-		t.Fatalf("keeld still running %v after keelctl shutdown (stop_timeout %v)", stopTimeout+margin, stopTimeout)
-	}
+	testwait.Recv(t, stopTimeout+margin, fmt.Sprintf("keeld exit after keelctl shutdown (stop_timeout %v)", stopTimeout), d.exited)
+	t.Logf("keeld exited %v after keelctl shutdown: %v", time.Since(t0).Round(time.Millisecond), d.exitErr)
 }

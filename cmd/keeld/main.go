@@ -34,8 +34,8 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/viper"
 
-	"github.com/keelinit/keel/childproc"
 	"github.com/keelinit/keel/etc"
+	"github.com/keelinit/keel/internal/childproc"
 	"github.com/keelinit/keel/services"
 	"github.com/keelinit/keel/services/api"
 )

@@ -16,6 +16,8 @@ import (
 
 	"github.com/keelinit/keel/crypto"
 	"github.com/keelinit/keel/crypto/virtio"
+
+	"github.com/keelinit/keel/internal/testwait"
 )
 
 // TestDeathSeenWhileOutputHeld kills the device while a descendant of it
@@ -55,19 +57,8 @@ func TestDeathSeenWhileOutputHeld(t *testing.T) {
 	if err := p.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
-	select {
-	case err := <-faulted:
-		if !errors.Is(err, crypto.ErrDeviceGone) {
-			t.Fatalf("fault %v, want ErrDeviceGone", err)
-		}
-	case <-time.After(5 * time.Second):
-		t.Fatalf("device death not seen within 5s (Dead() = %v)", p.Dead())
+	if err, _ := testwait.Recv(t, 5*time.Second, "device death seen", faulted); !errors.Is(err, crypto.ErrDeviceGone) {
+		t.Fatalf("fault %v, want ErrDeviceGone", err)
 	}
-	closed := make(chan error, 1)
-	go func() { closed <- p.Close(t.Context()) }()
-	select {
-	case <-closed:
-	case <-time.After(5 * time.Second):
-		t.Fatal("Close still waiting after 5s")
-	}
+	testwait.Func(t, 5*time.Second, "Close", func() { _ = p.Close(t.Context()) })
 }

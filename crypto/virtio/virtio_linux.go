@@ -16,11 +16,11 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/keelinit/keel/childproc"
 	"github.com/keelinit/keel/crypto"
 	"github.com/keelinit/keel/crypto/virtio/device"
 	"github.com/keelinit/keel/crypto/virtio/ring"
 	"github.com/keelinit/keel/crypto/virtio/spec"
+	"github.com/keelinit/keel/internal/childproc"
 )
 
 // RunDeviceIfRequested turns the current process into the device when it

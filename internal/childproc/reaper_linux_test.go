@@ -2,7 +2,6 @@ package childproc
 
 import (
 	"bytes"
-	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -15,6 +14,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/keelinit/keel/internal/testwait"
 )
 
 // TestMain lets the test binary act as the reaping process: "reaper-helper
@@ -174,8 +175,7 @@ func runHelper(t *testing.T, mode string, attr *syscall.SysProcAttr) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), helperDeadline)
-	defer cancel()
+	ctx := testwait.ContextWithin(t, helperDeadline)
 	cmd := exec.CommandContext(ctx, exe, "-test.run=^$", "--", "reaper-helper", mode)
 	cmd.SysProcAttr = attr
 	out, err := cmd.CombinedOutput()

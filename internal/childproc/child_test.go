@@ -1,6 +1,7 @@
 package childproc
 
 import (
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -9,6 +10,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/keelinit/keel/internal/testwait"
 )
 
 // heldOutput returns a shell command that leaves a setsid grandchild
@@ -54,21 +57,13 @@ func TestExitNotHeldByOutput(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			select {
-			case <-c.Exited():
-			case <-time.After(5 * time.Second):
-				t.Fatal("exit not reported within 5s while a descendant holds the output")
-			}
+			testwait.Recv(t, 5*time.Second, "exit reported while a descendant holds the output", c.Exited())
 			if st, _ := c.State(); st.ExitCode() != tt.exit {
 				t.Errorf("exit code %d, want %d", st.ExitCode(), tt.exit)
 			}
-			deadline := time.Now().Add(5 * time.Second)
-			for string(out.bytes()) != tt.wantOut || string(errw.bytes()) != tt.wantErrWritten {
-				if time.Now().After(deadline) {
-					t.Fatalf("output %q / %q, want %q / %q", string(out.bytes()), string(errw.bytes()), tt.wantOut, tt.wantErrWritten)
-				}
-				time.Sleep(5 * time.Millisecond)
-			}
+			testwait.Until(t, testwait.Timeout, fmt.Sprintf("output %q / %q", tt.wantOut, tt.wantErrWritten), func() bool {
+				return string(out.bytes()) == tt.wantOut && string(errw.bytes()) == tt.wantErrWritten
+			})
 			select {
 			case <-c.OutputDone():
 				t.Fatal("OutputDone while the grandchild holds the pipe")
@@ -82,22 +77,11 @@ func TestExitNotHeldByOutput(t *testing.T) {
 // its exit, not when a descendant closes the pipe.
 func TestOutputReturnsAtExit(t *testing.T) {
 	cmd := heldOutput(t, 0)
-	type res struct {
-		out []byte
-		err error
-	}
-	done := make(chan res, 1)
-	go func() {
-		b, err := Output(cmd)
-		done <- res{b, err}
-	}()
-	select {
-	case r := <-done:
-		if r.err != nil || string(r.out) != "main\n" {
-			t.Fatalf("Output = %q, %v", r.out, r.err)
-		}
-	case <-time.After(5 * time.Second):
-		t.Fatal("Output still waiting for the descendant after 5s")
+	var out []byte
+	var err error
+	testwait.Func(t, 5*time.Second, "Output returning while a descendant holds the pipe", func() { out, err = Output(cmd) })
+	if err != nil || string(out) != "main\n" {
+		t.Fatalf("Output = %q, %v", out, err)
 	}
 }
 

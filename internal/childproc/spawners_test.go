@@ -20,7 +20,7 @@ import (
 // CombinedOutput, os.StartProcess and syscall.ForkExec/StartProcess
 // outside this package.
 func TestEverySpawnGoesThroughChildproc(t *testing.T) {
-	root, err := filepath.Abs("..")
+	root, err := filepath.Abs("../..")
 	if err != nil {
 		t.Fatal(err)
 	}
