@@ -2,15 +2,14 @@ package services
 
 import (
 	"context"
-	"fmt"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/keelinit/keel/internal/testfault"
 	"github.com/keelinit/keel/internal/testwait"
 )
 
@@ -19,25 +18,15 @@ import (
 // nor a stop or a shutdown.
 
 // heldOutputScript writes a shell script to dir: it leaves a setsid
-// grandchild (sleep grandSleep) holding its stdout, records that
-// grandchild's pid, and then runs body. The grandchildren are killed when
-// the test ends.
+// grandchild (sleep grandSleep) holding its stdout and then runs body,
+// which says "holder ready" once it is set up (readyLines counts them).
 func heldOutputScript(t *testing.T, dir, name, grandSleep, body string) string {
 	t.Helper()
-	pids := filepath.Join(dir, name+".grandchildren")
+	held, _ := testfault.HeldOutput(t, grandSleep)
 	path := filepath.Join(dir, name+".sh")
-	src := fmt.Sprintf("#!/bin/sh\nsetsid sleep %s &\necho $! >> %s\necho holder ready\n%s\n", grandSleep, pids, body)
-	if err := os.WriteFile(path, []byte(src), 0o755); err != nil {
+	if err := os.WriteFile(path, []byte("#!/bin/sh\n"+held+"\n"+body+"\n"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() {
-		b, _ := os.ReadFile(pids)
-		for _, f := range strings.Fields(string(b)) {
-			if pid, err := strconv.Atoi(f); err == nil && pid > 1 {
-				_ = syscall.Kill(pid, syscall.SIGKILL)
-			}
-		}
-	})
 	return path
 }
 
@@ -63,7 +52,7 @@ func waitFor(t *testing.T, m *Manager, name string, deadline time.Duration, what
 // process must be seen at once and restart=always must restart it.
 func TestKillDetectedDespiteHeldOutput(t *testing.T) {
 	dir := t.TempDir()
-	script := heldOutputScript(t, dir, "h", "45", "exec sleep 1000")
+	script := heldOutputScript(t, dir, "h", "45", "echo holder ready\nexec sleep 1000")
 	root := writeRoot(t, tree{
 		"etc/rc.d/h": svc("h", "", "name=h\ncommand="+script+"\nrestart=always\nrestart_backoff=10ms\nstop_timeout=1\n"),
 	})
@@ -98,19 +87,10 @@ func readyLines(m *Manager, name string) int {
 // leaves a background daemon holding its output, as "foo &" in rc scripts
 // does: the start is done when the script exits, not when the daemon does.
 func TestScriptStartWithBackgroundDaemon(t *testing.T) {
-	dir := t.TempDir()
-	pids := filepath.Join(dir, "bg.pids")
-	t.Cleanup(func() {
-		b, _ := os.ReadFile(pids)
-		for _, f := range strings.Fields(string(b)) {
-			if pid, err := strconv.Atoi(f); err == nil && pid > 1 {
-				_ = syscall.Kill(pid, syscall.SIGKILL)
-			}
-		}
-	})
+	held, _ := testfault.HeldOutput(t, "infinity")
 	root := writeRoot(t, tree{
 		"etc/rc.d/legacy": "#!/bin/sh\n# PROVIDE: legacy\nname=legacy\n" +
-			"case $1 in start) setsid sleep infinity & echo $! >> " + pids + "; echo started;; status) setsid sleep infinity & echo $! >> " + pids + "; echo legacy is fine;; esac\n",
+			"case $1 in start) " + held + "; echo started;; status) " + held + "; echo legacy is fine;; esac\n",
 	})
 	m := newManager(t, root, nil)
 	var err error

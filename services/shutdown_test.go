@@ -19,19 +19,19 @@ func TestShutdownBounded(t *testing.T) {
 	const margin = 3 * time.Second
 	tests := []struct {
 		name        string
-		body        string // after the held-output grandchild is started
+		body        string // after the held-output grandchild is started; says "holder ready"
 		grandSleep  string
 		stopTimeout time.Duration
 		deadline    time.Duration // of the Shutdown context
 		wantErr     string
 	}{
 		// Main exits on SIGTERM; a "sleep infinity" grandchild holds stdout.
-		{"grandchild holds stdout", "exec sleep 1000", "infinity", 2 * time.Second, time.Minute, ""},
+		{"grandchild holds stdout", "echo holder ready\nexec sleep 1000", "infinity", 2 * time.Second, time.Minute, ""},
 		// Main ignores SIGTERM: killed at stop_timeout.
-		{"TERM ignored, stop timeout first", "trap '' TERM\nwhile :; do sleep 1; done", "infinity", time.Second, time.Minute, "did not exit within 1s of SIGTERM; killed"},
+		{"TERM ignored, stop timeout first", "trap '' TERM\necho holder ready\nwhile :; do sleep 1; done", "infinity", time.Second, time.Minute, "did not exit within 1s of SIGTERM; killed"},
 		// Main ignores SIGTERM and stop_timeout is long: the shutdown
 		// deadline cuts it short.
-		{"TERM ignored, deadline first", "trap '' TERM\nwhile :; do sleep 1; done", "infinity", time.Minute, time.Second, "context deadline exceeded; killed"},
+		{"TERM ignored, deadline first", "trap '' TERM\necho holder ready\nwhile :; do sleep 1; done", "infinity", time.Minute, time.Second, "context deadline exceeded; killed"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

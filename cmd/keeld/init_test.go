@@ -6,10 +6,10 @@ import (
 	"os/exec"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
+	"github.com/keelinit/keel/internal/testfault"
 	"github.com/keelinit/keel/internal/testwait"
 	"github.com/keelinit/keel/services"
 )
@@ -149,19 +149,11 @@ func TestReapsOrphans(t *testing.T) {
 // margin (it used to take as long as the grandchild lived).
 func TestShutdownWithHeldOutput(t *testing.T) {
 	const stopTimeout, margin = 2 * time.Second, 3 * time.Second
-	rt := t.TempDir()
-	pidf := rt + "/grandchild.pid"
-	t.Cleanup(func() {
-		if b, err := os.ReadFile(pidf); err == nil {
-			if pid, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil && pid > 1 {
-				_ = syscall.Kill(pid, syscall.SIGKILL)
-			}
-		}
-	})
+	held, pidf := testfault.HeldOutput(t, "infinity")
 	root := writeTree(t, map[string]string{
 		"etc/defaults/rc.conf": "",
 		"etc/rc.conf":          "",
-		"bin/holder":           "setsid sleep infinity &\necho $! > " + pidf + "\necho holding\nexec sleep 1000\n",
+		"bin/holder":           held + "\nexec sleep 1000\n",
 		"etc/rc.d/holder":      svc("holder", "", "name=holder\ncommand=/bin/sh\ncommand_args=${keel_root}/bin/holder\nstop_timeout=2\n"),
 	})
 	d := startKeeld(t, root)

@@ -8,8 +8,6 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"strconv"
-	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -17,6 +15,7 @@ import (
 	"github.com/keelinit/keel/crypto"
 	"github.com/keelinit/keel/crypto/virtio"
 
+	"github.com/keelinit/keel/internal/testfault"
 	"github.com/keelinit/keel/internal/testwait"
 )
 
@@ -29,20 +28,12 @@ func TestDeathSeenWhileOutputHeld(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	dir := t.TempDir()
-	pids := filepath.Join(dir, "grandchild.pid")
-	wrapper := filepath.Join(dir, "device.sh")
-	src := fmt.Sprintf("#!/bin/sh\nsetsid sleep 60 &\necho $! > %s\n%s=1 exec %s\n", pids, virtio.ChildEnv, exe)
+	held, _ := testfault.HeldOutput(t, "60")
+	wrapper := filepath.Join(t.TempDir(), "device.sh")
+	src := fmt.Sprintf("#!/bin/sh\n%s\n%s=1 exec %s\n", held, virtio.ChildEnv, exe)
 	if err := os.WriteFile(wrapper, []byte(src), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() {
-		if b, err := os.ReadFile(pids); err == nil {
-			if pid, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil && pid > 1 {
-				_ = syscall.Kill(pid, syscall.SIGKILL)
-			}
-		}
-	})
 	faulted := make(chan error, 1)
 	p, err := virtio.Start(t.Context(), virtio.Options{DevicePath: wrapper, DeviceOutput: io.Discard, // a Go writer: os/exec copies it from a pipe
 		OnFault: func(err error) {

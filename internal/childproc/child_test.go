@@ -2,32 +2,23 @@ package childproc
 
 import (
 	"fmt"
-	"os"
 	"os/exec"
-	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
+	"github.com/keelinit/keel/internal/testfault"
 	"github.com/keelinit/keel/internal/testwait"
 )
 
 // heldOutput returns a shell command that leaves a setsid grandchild
-// holding its stdout (killed when the test ends), writes "main" and, when
-// the grandchild is killed, nothing more: the grandchild only sleeps.
+// holding its stdout and stderr, writes "main" and "to-stderr" and exits
+// with exit; the grandchild only sleeps.
 func heldOutput(t *testing.T, exit int) *exec.Cmd {
 	t.Helper()
-	pidf := filepath.Join(t.TempDir(), "grandchild")
-	t.Cleanup(func() {
-		if b, err := os.ReadFile(pidf); err == nil {
-			if pid, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil && pid > 1 {
-				_ = syscall.Kill(pid, syscall.SIGKILL)
-			}
-		}
-	})
-	return exec.Command("/bin/sh", "-c", "setsid sleep 60 & echo $! > "+pidf+"; echo main; echo to-stderr >&2; exit "+strconv.Itoa(exit))
+	held, _ := testfault.HeldOutput(t, "60")
+	return exec.Command("/bin/sh", "-c", held+"; echo main; echo to-stderr >&2; exit "+strconv.Itoa(exit))
 }
 
 // TestExitNotHeldByOutput: a Child's exit is reported at the process exit
