@@ -22,7 +22,8 @@ package services
 //	start_timeout    seconds or a Go duration (default 30s), covering
 //	                 required files, modules, start_precmd and readiness;
 //	                 a daemon may extend it with EXTEND_TIMEOUT_USEC
-//	stop_timeout     before SIGKILL (default 10s)
+//	stop_timeout     before SIGKILL (default 10s); keeld's shutdown
+//	                 deadline cuts it short
 //	restart          no | on-failure | always (daemons; default no)
 //	restart_backoff  first restart delay, doubled per consecutive crash
 //	                 up to 30s; MaxRestartFailures crashes in a row give up
@@ -49,3 +50,10 @@ package services
 // Effective settings (Definition.Settings) are the declarative variables,
 // the rcvar's value, every ${name}_* rc.conf variable and what a builtin's
 // Settings adds; Manager.Reload restarts a service when they change.
+//
+// Supervision watches a daemon's main process itself, not its output: a
+// descendant that keeps stdout open (a "setsid helper &") delays neither
+// the detection of the main process's exit nor a stop, and its output
+// still reaches the service's log lines while it holds the pipe. Such a
+// descendant, having left the process group, is not signalled by stop;
+// when it is orphaned, keeld reaps it (see package childproc).

@@ -15,6 +15,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/keelinit/keel/internal/childproc"
 	"github.com/keelinit/keel/services/notify"
 )
 
@@ -167,15 +168,8 @@ func (m *Manager) Boot(ctx context.Context) error {
 		return ErrShuttingDown
 	}
 	// Shutdown during boot cancels the services still starting or waiting.
-	ctx, cancel := context.WithCancel(ctx)
+	ctx, cancel := m.untilShutdown(ctx)
 	defer cancel()
-	go func() {
-		select {
-		case <-m.stopping:
-			cancel()
-		case <-ctx.Done():
-		}
-	}()
 	cat := m.Catalog()
 	units := make([]*unit, len(cat.Defs))
 	m.mu.Lock()
@@ -299,6 +293,8 @@ func (m *Manager) Graph() string { return m.Catalog().DOT() }
 // Start starts a service, first starting any requirement that is not
 // active. A disabled service is refused.
 func (m *Manager) Start(ctx context.Context, name string) error {
+	ctx, cancel := m.untilShutdown(ctx)
+	defer cancel()
 	m.opMu.Lock()
 	defer m.opMu.Unlock()
 	return m.startLocked(ctx, name, map[string]bool{})
@@ -355,6 +351,8 @@ func (m *Manager) startLocked(ctx context.Context, name string, seen map[string]
 // hold in-process references to it, as in Restart). Other services that
 // merely REQUIRE it, for ordering, stay up.
 func (m *Manager) Stop(ctx context.Context, name string) error {
+	ctx, cancel := m.untilShutdown(ctx)
+	defer cancel()
 	m.opMu.Lock()
 	defer m.opMu.Unlock()
 	return m.stopLocked(ctx, name, map[string]bool{})
@@ -388,6 +386,8 @@ func (m *Manager) stopLocked(ctx context.Context, name string, seen map[string]b
 // (which hold in-process references to it) are restarted with it; other
 // dependents stay up.
 func (m *Manager) Restart(ctx context.Context, name string) error {
+	ctx, cancel := m.untilShutdown(ctx)
+	defer cancel()
 	m.opMu.Lock()
 	defer m.opMu.Unlock()
 	u, err := m.unit(name)
@@ -416,6 +416,8 @@ func (m *Manager) Restart(ctx context.Context, name string) error {
 // re-applies its configuration, a daemon gets SIGHUP, a script runs
 // "reload"; others are restarted.
 func (m *Manager) ReloadService(ctx context.Context, name string) error {
+	ctx, cancel := m.untilShutdown(ctx)
+	defer cancel()
 	u, err := m.unit(name)
 	if err != nil {
 		return err
@@ -492,6 +494,8 @@ func (m *Manager) builtinDependents(cat *Catalog, name string) []string {
 // that require a restarted service, which are restarted with it. On an
 // rc.conf error nothing changes and the error is returned.
 func (m *Manager) Reload(ctx context.Context) (ReloadResult, error) {
+	ctx, cancel := m.untilShutdown(ctx)
+	defer cancel()
 	m.opMu.Lock()
 	defer m.opMu.Unlock()
 	var res ReloadResult
@@ -639,13 +643,31 @@ func (m *Manager) isStopping() bool {
 	}
 }
 
+// untilShutdown returns ctx, cancelled with ErrShuttingDown as well when
+// Shutdown begins: an operation that holds opMu (boot, a manual start or
+// stop, a reload) then ends promptly, instead of running out its start
+// and stop timeouts while Shutdown waits for opMu.
+func (m *Manager) untilShutdown(ctx context.Context) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancelCause(ctx)
+	go func() {
+		select {
+		case <-m.stopping:
+			cancel(ErrShuttingDown)
+		case <-ctx.Done():
+		}
+	}()
+	return ctx, func() { cancel(nil) }
+}
+
 // Stopping is closed when Shutdown begins.
 func (m *Manager) Stopping() <-chan struct{} { return m.stopping }
 
 // Shutdown stops every service in reverse dependency order (a service
 // stops only after every service that requires it has stopped, in
 // parallel otherwise) and closes the notify server. Later calls return
-// immediately with nil. Pending restarts are cancelled.
+// immediately with nil. Pending restarts are cancelled. ctx's deadline
+// bounds the whole shutdown: every stop_timeout is cut short by it, and a
+// daemon still running then is killed.
 func (m *Manager) Shutdown(ctx context.Context) error {
 	first := false
 	m.stopOnce.Do(func() { close(m.stopping); first = true })
@@ -669,7 +691,10 @@ func (m *Manager) Shutdown(ctx context.Context) error {
 	m.log.Info("shutdown: stopping services in reverse order")
 	var smu sync.Mutex
 	var errs []error
-	RunDAG(context.WithoutCancel(ctx), rdeps, nil, func(ctx context.Context, i int) error {
+	// RunDAG must visit every unit even past the deadline (so that each is
+	// at least killed), hence WithoutCancel; each stop gets ctx itself, so
+	// that its deadline bounds every stop_timeout.
+	RunDAG(context.WithoutCancel(ctx), rdeps, nil, func(_ context.Context, i int) error {
 		u := units[i]
 		if u == nil {
 			return nil
@@ -750,7 +775,7 @@ func (m *Manager) owner(pid int) *unit {
 		if u != nil {
 			return u
 		}
-		pp, ok := parentPID(pid)
+		pp, ok := childproc.ParentPID(pid)
 		if !ok || pp <= 1 || pp == os.Getpid() {
 			return nil
 		}

@@ -1,9 +1,7 @@
 package services
 
 import (
-	"os"
 	"strconv"
-	"strings"
 	"syscall"
 
 	"golang.org/x/sys/unix"
@@ -30,23 +28,4 @@ func unixSignalName(s syscall.Signal) string {
 		return n
 	}
 	return strconv.Itoa(int(s))
-}
-
-// parentPID reads the parent pid of pid from /proc.
-func parentPID(pid int) (int, bool) {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return 0, false
-	}
-	s := string(b)
-	i := strings.LastIndexByte(s, ')')
-	if i < 0 {
-		return 0, false
-	}
-	f := strings.Fields(s[i+1:])
-	if len(f) < 2 {
-		return 0, false
-	}
-	pp, err := strconv.Atoi(f[1])
-	return pp, err == nil
 }

@@ -16,6 +16,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/keelinit/keel/internal/childproc"
 	"github.com/keelinit/keel/services/rcconf"
 )
 
@@ -51,9 +52,10 @@ type BuiltinEnv struct {
 
 // proc is one running process of a daemon.
 type proc struct {
-	cmd       *exec.Cmd
-	pid       int
-	started   time.Time
+	pid     int
+	started time.Time
+	// exited is closed once the process has exited (not when its output
+	// closes: a descendant may hold that open) and its pid is untracked.
 	exited    chan struct{}
 	state     *os.ProcessState
 	waitErr   error
@@ -276,21 +278,20 @@ func (u *unit) runAux(ctx context.Context, d *Definition, what string, argv []st
 	if len(argv) == 0 {
 		return fmt.Errorf("%s: empty command", what)
 	}
-	cmd := u.command(d, argv)
-	if err := cmd.Start(); err != nil {
+	c, err := childproc.Start(u.command(d, argv))
+	if err != nil {
 		return fmt.Errorf("%s: %w", what, err)
 	}
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
 	select {
-	case err := <-done:
-		if err != nil {
-			return fmt.Errorf("%s %s: %s", what, argv[0], exitText(cmd.ProcessState, err))
+	case <-c.Exited():
+		if ps, err := c.State(); err != nil {
+			return fmt.Errorf("%s %s: %s", what, argv[0], exitText(ps, err))
 		}
 		return nil
 	case <-ctx.Done():
-		_ = killGroup(cmd.Process.Pid, syscall.SIGKILL)
-		<-done
+		if !killGroupAndWait(c.Pid, c.Exited()) {
+			return fmt.Errorf("%s %s: %w; killed, but not gone %v later", what, argv[0], ctx.Err(), killWait)
+		}
 		return fmt.Errorf("%s %s: %w", what, argv[0], ctx.Err())
 	}
 }
@@ -349,8 +350,7 @@ func (u *unit) spawnDaemon(ctx context.Context, d *Definition) (*proc, error) {
 		case <-p.exited:
 			return nil, fmt.Errorf("%s %s before it was ready", d.Command, exitText(p.state, p.waitErr))
 		case <-ctx.Done():
-			_ = killGroup(p.pid, syscall.SIGKILL)
-			<-p.exited
+			_ = killGroupAndWait(p.pid, p.exited)
 			u.mu.Lock()
 			u.proc = nil
 			u.mu.Unlock()
@@ -375,19 +375,17 @@ func pidfileReady(path string) bool {
 }
 
 func (u *unit) spawn(d *Definition) (*proc, error) {
-	argv := d.Argv()
-	cmd := u.command(d, argv)
-	if err := cmd.Start(); err != nil {
+	c, err := childproc.Start(u.command(d, d.Argv()))
+	if err != nil {
 		return nil, fmt.Errorf("command: %w", err)
 	}
-	p := &proc{cmd: cmd, pid: cmd.Process.Pid, started: time.Now(), exited: make(chan struct{}), ready: make(chan struct{})}
+	p := &proc{pid: c.Pid, started: time.Now(), exited: make(chan struct{}), ready: make(chan struct{})}
 	u.mu.Lock()
 	u.proc = p
 	u.mu.Unlock()
 	u.m.trackPID(p.pid, u)
 	go func() {
-		p.waitErr = cmd.Wait()
-		p.state = cmd.ProcessState
+		p.state, p.waitErr = c.State()
 		u.m.untrackPID(p.pid)
 		close(p.exited)
 	}()
@@ -504,8 +502,9 @@ func (u *unit) scriptStatus(ctx context.Context) (string, int) {
 	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
 	cmd.Env = u.m.childEnv(d)
 	cmd.Dir = "/"
-	cmd.WaitDelay = time.Second
-	out, err := cmd.Output()
+	cmd.SysProcAttr = childAttr()
+	cmd.Cancel = func() error { return killGroup(cmd.Process.Pid, syscall.SIGKILL) }
+	out, err := childproc.Output(cmd)
 	line, _, _ := strings.Cut(strings.TrimSpace(string(out)), "\n")
 	if errors.Is(err, exec.ErrWaitDelay) {
 		err = nil // the script exited 0; a descendant of it kept the output open
@@ -575,7 +574,7 @@ func (u *unit) stop(ctx context.Context) error {
 		}
 	case TypeDaemon:
 		if p != nil {
-			err = stopProc(p, d.StopSignal, d.StopTimeout)
+			err = stopProc(ctx, p, d.StopSignal, d.StopTimeout)
 		}
 	case TypeScript:
 		sctx, cancel := context.WithTimeout(ctx, d.StopTimeout)
@@ -604,20 +603,49 @@ func (u *unit) stop(ctx context.Context) error {
 	return err
 }
 
-func stopProc(p *proc, sig syscall.Signal, timeout time.Duration) error {
+// killWait bounds the wait for a process to be reaped after SIGKILL (it
+// can hang in uninterruptible sleep).
+const killWait = time.Second
+
+// stopProc sends sig to p's process group and waits for p to exit, until
+// timeout or ctx's deadline, whichever comes first; then it sends SIGKILL
+// and waits at most killWait more.
+func stopProc(ctx context.Context, p *proc, sig syscall.Signal, timeout time.Duration) error {
 	select {
 	case <-p.exited:
 		return nil
 	default:
 	}
+	t0 := time.Now()
 	_ = killGroup(p.pid, sig)
+	timer := time.NewTimer(timeout)
+	defer timer.Stop()
+	var why string
 	select {
 	case <-p.exited:
 		return nil
-	case <-time.After(timeout):
-		_ = killGroup(p.pid, syscall.SIGKILL)
-		<-p.exited
-		return fmt.Errorf("did not exit within %v of %s; killed", timeout, unixSignalName(sig))
+	case <-timer.C:
+		why = fmt.Sprintf("did not exit within %v of %s", timeout, unixSignalName(sig))
+	case <-ctx.Done():
+		why = fmt.Sprintf("still running %v after %s: %v", time.Since(t0).Round(time.Millisecond), unixSignalName(sig), context.Cause(ctx))
+	}
+	if !killGroupAndWait(p.pid, p.exited) {
+		return fmt.Errorf("%s; killed, but not gone %v later", why, killWait)
+	}
+	return errors.New(why + "; killed")
+}
+
+// killGroupAndWait sends SIGKILL to pid's process group and waits at most
+// killWait for exited to close; it reports whether it did.
+func killGroupAndWait(pid int, exited <-chan struct{}) bool {
+	_ = killGroup(pid, syscall.SIGKILL)
+	t := time.NewTimer(killWait)
+	defer t.Stop()
+	select {
+	case <-exited:
+		return true
+	case <-t.C:
+		return false
 	}
 }
 

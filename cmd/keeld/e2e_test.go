@@ -69,6 +69,13 @@ type keeldProc struct {
 // and waits for READY=1.
 func startKeeld(t testing.TB, root string, extra ...string) *keeldProc {
 	t.Helper()
+	return startKeeldUnder(t, nil, root, extra...)
+}
+
+// startKeeldUnder is startKeeld with keeld run by the wrapper command
+// wrap (such as "unshare -fp --mount-proc"); nil runs keeld itself.
+func startKeeldUnder(t testing.TB, wrap []string, root string, extra ...string) *keeldProc {
+	t.Helper()
 	rt, err := os.MkdirTemp("", "keel-e2e-rt-")
 	if err != nil {
 		t.Fatal(err)
@@ -86,7 +93,8 @@ func startKeeld(t testing.TB, root string, extra ...string) *keeldProc {
 	if root != "" {
 		args = append(args, "--root", root)
 	}
-	d.cmd = exec.Command(filepath.Join(binDir, "keeld"), args...)
+	argv := append(slices.Clone(wrap), filepath.Join(binDir, "keeld"))
+	d.cmd = exec.Command(argv[0], append(argv[1:], args...)...)
 	d.cmd.Dir = rt // not the repository: no ./etc
 	d.cmd.Env = append(os.Environ(), "NOTIFY_SOCKET="+ns, "KEEL_LOG_FORMAT=text", "KEEL_STATE_DIR="+rt, "KEEL_NONCE_RECORD="+filepath.Join(rt, "esp-nonces.record"))
 	d.cmd.Stdout = &lockedWriter{d: d}

@@ -36,6 +36,7 @@ import (
 	"golang.org/x/net/netutil"
 
 	"github.com/keelinit/keel/etc"
+	"github.com/keelinit/keel/internal/childproc"
 	"github.com/keelinit/keel/services"
 	"github.com/keelinit/keel/services/api"
 )
@@ -215,6 +216,19 @@ func run(ctx context.Context, s settings) error {
 	self, _ := os.Executable()
 	log.Info(fmt.Sprintf("keeld %d starting: root %s, runtime %s, uid %d", os.Getpid(), desc, s.RuntimeDir, os.Getuid()))
 
+	// Before anything is spawned: orphans of services are reaped by keeld
+	// (as PID 1, or as a child subreaper otherwise).
+	reaper, err := childproc.StartReaper(log)
+	if err != nil {
+		return err
+	}
+	defer reaper.Close()
+	if reaper.Subreaper() {
+		log.Info("child subreaper: keeld reaps its services' orphaned descendants")
+	} else {
+		log.Info("running as PID 1: keeld reaps every orphan")
+	}
+
 	sys := newSubsystems(s, log)
 	mgr, err := services.New(services.Options{
 		Root: root, RootDir: rootDir, RuntimeDir: s.RuntimeDir, Logger: log,
@@ -280,7 +294,7 @@ func run(ctx context.Context, s settings) error {
 		if bootErr != nil {
 			log.Warn(bootErr.Error())
 		}
-		metricsStop = startMetrics(log, mgr, sys, srv, elapsed)
+		metricsStop = startMetrics(log, mgr, sys, srv, reaper, elapsed)
 		sd.ready(summaryLine(mgr, elapsed))
 	}()
 
@@ -365,7 +379,7 @@ func printSummary(log *slog.Logger, m *services.Manager, sys *subsystems, elapse
 
 // startMetrics serves Prometheus metrics on rc.conf's metrics_listen, if
 // set. It returns a stop function.
-func startMetrics(log *slog.Logger, m *services.Manager, sys *subsystems, srv *api.Server, boot time.Duration) func() {
+func startMetrics(log *slog.Logger, m *services.Manager, sys *subsystems, srv *api.Server, reaper *childproc.Reaper, boot time.Duration) func() {
 	addr := m.Catalog().Chain.Global().Get("metrics_listen")
 	if addr == "" {
 		return func() {}
@@ -373,6 +387,8 @@ func startMetrics(log *slog.Logger, m *services.Manager, sys *subsystems, srv *a
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	reg.MustRegister(services.NewCollector(m), srv.Collector())
+	reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "keel_orphans_reaped_total",
+		Help: "Orphaned processes reaped by keeld as PID 1 or child subreaper."}, func() float64 { return float64(reaper.Reaped()) }))
 	for _, c := range sys.Collectors() {
 		reg.MustRegister(c)
 	}

@@ -20,6 +20,7 @@ import (
 	"github.com/keelinit/keel/crypto/virtio/device"
 	"github.com/keelinit/keel/crypto/virtio/ring"
 	"github.com/keelinit/keel/crypto/virtio/spec"
+	"github.com/keelinit/keel/internal/childproc"
 )
 
 // RunDeviceIfRequested turns the current process into the device when it
@@ -253,14 +254,16 @@ func Start(ctx context.Context, o Options) (*Provider, error) {
 	cmd.Stdout = o.DeviceOutput
 	cmd.Stderr = o.DeviceOutput
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
-		child.Close()
+	// Started through childproc: keeld's orphan reaper leaves its exit
+	// status to us, and its exit is seen even if its output stays open.
+	c, err := childproc.Start(cmd)
+	child.Close()
+	if err != nil {
 		return nil, fmt.Errorf("virtio: start device %s: %w", cmd.Path, err)
 	}
-	child.Close()
 	p.cmd = cmd
 	go func() {
-		p.waitErr = cmd.Wait()
+		_, p.waitErr = c.State()
 		close(p.exited)
 		p.die(fmt.Errorf("virtio: device process exited (%v): %w", p.waitErr, crypto.ErrDeviceGone))
 	}()
