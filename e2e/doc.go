@@ -10,7 +10,8 @@
 //
 //	go test ./e2e/ -v -count=1
 //
-// Without root, or without ip, tcpdump, tshark or ping, the tests skip. They
+// Without root they skip; without ip, tcpdump, tshark or ping they skip, and
+// under CI=true they fail (internal/testenv: CI must not skip silently). They
 // need the Debian packages iproute2, iputils-ping, tcpdump and tshark, and
 // preferably ethtool: a UDP GSO batch crosses a veth unsegmented, so the
 // tests turn tx-udp-segmentation off on the veths (the kernel then segments

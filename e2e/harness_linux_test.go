@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/keelinit/keel/etc"
+	"github.com/keelinit/keel/internal/testenv"
 	"github.com/keelinit/keel/services"
 	"github.com/keelinit/keel/services/api"
 	"github.com/keelinit/keel/services/builtin"
@@ -93,20 +94,17 @@ func dieWithParent(c *exec.Cmd) {
 	c.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 }
 
-// requireTools skips unless root with the tools the tests use.
+// requireTools skips unless root; without /dev/net/tun or one of the
+// tools (ip always) it skips, or fails under CI=true (testenv.Missing).
 func requireTools(t *testing.T, tools ...string) {
 	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Skip("needs root (network namespaces)")
 	}
 	if _, err := os.Stat("/dev/net/tun"); err != nil {
-		t.Skip("no /dev/net/tun")
+		testenv.Missing(t, "no /dev/net/tun")
 	}
-	for _, tool := range append([]string{"ip"}, tools...) {
-		if _, err := exec.LookPath(tool); err != nil {
-			t.Skipf("%s not installed", tool)
-		}
-	}
+	testenv.Tools(t, append([]string{"ip"}, tools...)...)
 	if buildErr != nil {
 		t.Fatal(buildErr)
 	}

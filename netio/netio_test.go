@@ -13,6 +13,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/keelinit/keel/internal/testenv"
 	"github.com/keelinit/keel/internal/testwait"
 )
 
@@ -163,7 +164,7 @@ func ip4udp(src, dst netip.Addr, dport uint16, payload []byte) []byte {
 
 func TestTUNAndConfigureInterface(t *testing.T) {
 	if _, err := os.Stat("/dev/net/tun"); err != nil {
-		t.Skip("no /dev/net/tun")
+		testenv.Missing(t, "no /dev/net/tun")
 	}
 	var failure string
 	inNetns(t, func() {

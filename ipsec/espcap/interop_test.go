@@ -18,6 +18,7 @@ import (
 	"github.com/gopacket/gopacket/layers"
 	"github.com/gopacket/gopacket/pcapgo"
 
+	"github.com/keelinit/keel/internal/testenv"
 	"github.com/keelinit/keel/internal/testwait"
 )
 
@@ -176,7 +177,7 @@ func haveScapy(t *testing.T) {
 	// scapy's ESP needs python3-cryptography (a Recommends of
 	// python3-scapy, so install it explicitly with --no-install-recommends).
 	if err := exec.CommandContext(testwait.ContextWithin(t, testwait.Long), python, "-c", "import scapy.layers.ipsec, cryptography.hazmat.primitives.ciphers.aead").Run(); err != nil {
-		t.Skipf("scapy with cryptography not available (%s, Debian python3-scapy python3-cryptography): %v", python, err)
+		testenv.Missing(t, "scapy with cryptography not available (%s, Debian python3-scapy python3-cryptography): %v", python, err)
 	}
 }
 
@@ -248,10 +249,7 @@ func TestInteropScapy(t *testing.T) {
 // TestInteropTshark: tshark verifies the ICV of every ESP packet Keel
 // writes (esp.icv_good == 1).
 func TestInteropTshark(t *testing.T) {
-	tshark, err := exec.LookPath("tshark")
-	if err != nil {
-		t.Skip("tshark not installed (Debian tshark)")
-	}
+	tshark := testenv.Tool(t, "tshark", "")
 	for _, c := range interopCases {
 		if c.tsharkEnc == "" {
 			continue
