@@ -52,6 +52,8 @@ func newHotPath(tb testing.TB, batch, size int) *hotPath {
 	engB := newEngineTB(tb, setkeyConf("esp-udp", gwB, gwA, inB, inA, keyBA, keyAB, 0x2001, 0x1001, ""))
 	h.a = &Gateway{eng: engA, tun: &sinkTUN{}, outer: h.outA, cfg: Config{Local: gwA, Encap: EncapUDP, Port: 4500}}
 	h.b = &Gateway{eng: engB, tun: h.tunB, outer: &sinkOuter{}, cfg: Config{Local: gwB, Encap: EncapUDP, Port: 4500}}
+	h.a.Refresh() // as New does: the hot path counts per peer too
+	h.b.Refresh()
 	for i := 0; i < batch; i++ {
 		h.out = append(h.out, h.pool.Get())
 		h.in = append(h.in, h.inPool.Get())

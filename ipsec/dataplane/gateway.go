@@ -108,6 +108,9 @@ type Status struct {
 	Local     netip.Addr
 	Peer      netip.Addr
 	Out, In   DirStatus
+	// Peers are the counters of every peer the SAs name (as of the last
+	// Refresh), in the order of the SAs.
+	Peers []PeerStatus
 	// Err is the error that stopped a loop early, if any ("" while
 	// healthy).
 	Err string
@@ -125,6 +128,9 @@ type Gateway struct {
 	log   *slog.Logger
 
 	out, in dirCounters
+
+	peersMu sync.Mutex // serialises Refresh
+	peers   atomic.Pointer[peerTable]
 
 	wg        sync.WaitGroup
 	closing   atomic.Bool
@@ -219,6 +225,7 @@ func New(eng *ipsec.Engine, t netio.TUN, o netio.Outer, cfg Config) (*Gateway, e
 	if len(rs) == 0 {
 		return nil, errors.New("dataplane: outer socket has no receivers")
 	}
+	g.Refresh()
 	g.wg.Add(1 + len(rs))
 	go g.outbound()
 	for _, r := range rs {
@@ -249,7 +256,7 @@ func (g *Gateway) Close() error {
 func (g *Gateway) Status() Status {
 	st := Status{
 		Interface: g.name, MTU: g.cfg.MTU, Outer: g.outer.Name(), Encap: g.cfg.Encap.String(),
-		Local: g.cfg.Local, Peer: g.cfg.Peer, Out: g.out.status(), In: g.in.status(),
+		Local: g.cfg.Local, Peer: g.cfg.Peer, Out: g.out.status(), In: g.in.status(), Peers: g.peerStatus(),
 	}
 	g.errMu.Lock()
 	if g.err != nil {
@@ -347,10 +354,12 @@ func (g *Gateway) outbound() {
 }
 
 // forwardOut runs a batch read from the TUN through the engine and sends
-// the ESP packets, one Send per run of packets to the same peer. send is
-// scratch space, returned for reuse.
+// the ESP packets, one Send per run of packets to the same peer: the
+// remote endpoint of the SA each packet's policy selected. send is scratch
+// space, returned for reuse.
 func (g *Gateway) forwardOut(batch []*ipsec.Packet, send [][]byte, c *batchCounters) [][]byte {
 	g.eng.Outbound(batch)
+	peers := g.peers.Load()
 	send = send[:0]
 	var dst netip.AddrPort
 	for _, p := range batch {
@@ -361,7 +370,7 @@ func (g *Gateway) forwardOut(batch []*ipsec.Packet, send [][]byte, c *batchCount
 				d = netip.AddrPortFrom(d.Addr(), DefaultPort)
 			}
 			if d != dst && len(send) > 0 {
-				g.send(send, dst, c)
+				g.send(send, dst, c, peers)
 				send = send[:0]
 			}
 			dst = d
@@ -373,22 +382,28 @@ func (g *Gateway) forwardOut(batch []*ipsec.Packet, send [][]byte, c *batchCount
 		}
 	}
 	if len(send) > 0 {
-		g.send(send, dst, c)
+		g.send(send, dst, c, peers)
 	}
 	return send
 }
 
-func (g *Gateway) send(bufs [][]byte, dst netip.AddrPort, c *batchCounters) {
+// send sends a run of ESP packets to dst and counts them for the interface
+// and for dst's peer.
+func (g *Gateway) send(bufs [][]byte, dst netip.AddrPort, c *batchCounters, peers *peerTable) {
 	var bytes uint64
 	for _, b := range bufs {
 		bytes += uint64(len(b))
 	}
+	run := peerRun{c: peers.byDst[g.peerKey(dst)]}
 	if err := g.outer.Send(bufs, dst); err != nil {
 		c.drops[dropSendError] += uint64(len(bufs))
-		return
+		run.drop = uint64(len(bufs))
+	} else {
+		c.pkts += uint64(len(bufs))
+		c.bytes += bytes
+		run.pkts, run.bytes = uint64(len(bufs)), bytes
 	}
-	c.pkts += uint64(len(bufs))
-	c.bytes += bytes
+	run.flush(true)
 }
 
 func frameOf(k netio.Kind) ipsec.Frame {
@@ -471,18 +486,25 @@ func (g *Gateway) inbound(r netio.Receiver) {
 // space, returned for reuse; stop reports that the gateway is closing.
 func (g *Gateway) forwardIn(batch []*ipsec.Packet, wbufs [][]byte, c *batchCounters) ([][]byte, bool) {
 	g.eng.Inbound(batch)
+	peers := g.peers.Load()
+	var run peerRun
 	wbufs = wbufs[:0]
 	var bytes uint64
 	for _, p := range batch {
+		run.switchTo(peers.inPeer(p), false)
 		switch p.Verdict {
 		case ipsec.VerdictForward:
 			w := p.Front(netio.TUNOffset)
 			if w == nil {
 				c.drops[dropNoHeadroom]++
+				run.drop++
 				continue
 			}
 			wbufs = append(wbufs, w)
 			bytes += uint64(p.Len())
+			run.pkts++
+			run.bytes += uint64(p.Len())
+			continue
 		case ipsec.VerdictLocal:
 			c.drops[dropIKE]++
 		case ipsec.VerdictBypass:
@@ -490,7 +512,9 @@ func (g *Gateway) forwardIn(batch []*ipsec.Packet, wbufs [][]byte, c *batchCount
 		default:
 			c.drops[p.Drop]++
 		}
+		run.drop++
 	}
+	run.flush(false)
 	if len(wbufs) > 0 {
 		if _, err := g.tun.Write(wbufs, netio.TUNOffset); err != nil {
 			if g.closing.Load() {

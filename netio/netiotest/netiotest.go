@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/netip"
 	"sync"
+	"sync/atomic"
 
 	"github.com/keelinit/keel/netio"
 )
@@ -110,7 +111,8 @@ type Outer struct {
 	addr netip.AddrPort
 	kind netio.Kind
 	in   chan datagram
-	peer *Outer
+	peer *Outer   // Pipe's other end, or nil
+	net  *Network // the Network it is attached to, or nil
 
 	mu        sync.Mutex
 	sent      [][]byte // copies of what was sent, when Record is set
@@ -192,6 +194,10 @@ func (o *Outer) Send(bufs [][]byte, dst netip.AddrPort) error {
 	o.mu.Lock()
 	rec := o.record
 	o.mu.Unlock()
+	to := o.peer
+	if o.net != nil {
+		to = o.net.route(dst)
+	}
 	for _, b := range bufs {
 		p := append([]byte(nil), b...)
 		if rec {
@@ -199,9 +205,59 @@ func (o *Outer) Send(bufs [][]byte, dst netip.AddrPort) error {
 			o.sent = append(o.sent, append([]byte(nil), b...))
 			o.mu.Unlock()
 		}
+		if to == nil {
+			o.net.lost.Add(1)
+			continue
+		}
 		select {
-		case o.peer.in <- datagram{p, o.addr}:
+		case to.in <- datagram{p, o.addr}:
 		default:
+		}
+	}
+	return nil
+}
+
+// Network is an in-memory network of fake Outers with distinct addresses:
+// what one of them Sends to dst arrives at the Outer attached at dst (the
+// address and port; for a raw-ESP dst with port 0, the one attached at that
+// address), with the sender's address as source. A packet to a destination
+// no Outer is attached at is lost and counted (Lost).
+type Network struct {
+	mu   sync.Mutex
+	ends map[netip.AddrPort]*Outer
+	lost atomic.Uint64
+}
+
+// NewNetwork returns an empty network.
+func NewNetwork() *Network { return &Network{ends: map[netip.AddrPort]*Outer{}} }
+
+// Attach returns a new Outer at addr whose receiver reports kind. The
+// address must not be attached already.
+func (n *Network) Attach(addr netip.AddrPort, kind netio.Kind) *Outer {
+	o := &Outer{addr: addr, kind: kind, in: make(chan datagram, 4096), closed: make(chan struct{}), net: n}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.ends[addr] != nil {
+		panic(fmt.Sprintf("netiotest: %v attached twice", addr))
+	}
+	n.ends[addr] = o
+	return o
+}
+
+// Lost returns how many packets were sent to an address nobody is at.
+func (n *Network) Lost() uint64 { return n.lost.Load() }
+
+func (n *Network) route(dst netip.AddrPort) *Outer {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if o := n.ends[dst]; o != nil {
+		return o
+	}
+	if dst.Port() == 0 {
+		for a, o := range n.ends {
+			if a.Addr() == dst.Addr() {
+				return o
+			}
 		}
 	}
 	return nil
