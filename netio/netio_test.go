@@ -8,6 +8,7 @@ import (
 	"net/netip"
 	"os"
 	"runtime"
+	"strings"
 	"testing"
 	"time"
 
@@ -268,6 +269,53 @@ func TestRawESP(t *testing.T) {
 				}
 				got++
 			}
+		}
+	})
+	if failure != "" {
+		t.Fatal(failure)
+	}
+}
+
+// TestRemoveRoutes: routes ConfigureInterface added into a TUN are gone
+// after RemoveRoutes (the kernel has no route to them: connect fails),
+// others stay, and removing a route that is not there is no error.
+func TestRemoveRoutes(t *testing.T) {
+	if _, err := os.Stat("/dev/net/tun"); err != nil {
+		testenv.Missing(t, "no /dev/net/tun")
+	}
+	var failure string
+	inNetns(t, func() {
+		fail := func(s string, err error) { failure = s + ": " + err.Error(); runtime.Goexit() }
+		tun, err := OpenTUN("ktest1", 1400)
+		if err != nil {
+			fail("OpenTUN", err)
+		}
+		defer tun.Close()
+		keep, drop := netip.MustParsePrefix("10.79.1.0/24"), netip.MustParsePrefix("10.78.0.0/16")
+		if err := ConfigureInterface("ktest1", []netip.Prefix{netip.MustParsePrefix("10.77.0.1/24")}, []netip.Prefix{keep, drop}); err != nil {
+			fail("ConfigureInterface", err)
+		}
+		routed := func(dst string) bool {
+			c, err := net.Dial("udp4", dst+":9")
+			if err == nil {
+				c.Close()
+			}
+			return err == nil
+		}
+		if !routed("10.78.0.5") || !routed("10.79.1.5") {
+			failure = "routes not installed"
+			return
+		}
+		if err := RemoveRoutes("ktest1", []netip.Prefix{drop, netip.MustParsePrefix("10.80.0.0/16")}); err != nil {
+			fail("RemoveRoutes", err)
+		}
+		if routed("10.78.0.5") {
+			failure = "10.78.0.0/16 still routed after RemoveRoutes"
+		} else if !routed("10.79.1.5") {
+			failure = "10.79.1.0/24 removed too"
+		}
+		if err := RemoveRoutes("nosuchif0", []netip.Prefix{drop}); err == nil || !strings.Contains(err.Error(), "nosuchif0") {
+			failure = fmt.Sprintf("RemoveRoutes on a missing interface: %v", err)
 		}
 	})
 	if failure != "" {

@@ -19,18 +19,11 @@ import (
 // prefix in routes (an existing route is replaced). It talks rtnetlink
 // directly, so it needs CAP_NET_ADMIN in the interface's network namespace.
 func ConfigureInterface(name string, addrs, routes []netip.Prefix) error {
-	ifi, err := net.InterfaceByName(name)
+	ifi, s, err := openRTNetlink(name)
 	if err != nil {
-		return fmt.Errorf("netio: interface %s: %w", name, err)
-	}
-	s, err := unix.Socket(unix.AF_NETLINK, unix.SOCK_RAW|unix.SOCK_CLOEXEC, unix.NETLINK_ROUTE)
-	if err != nil {
-		return fmt.Errorf("netio: netlink: %w", err)
+		return err
 	}
 	defer unix.Close(s)
-	if err := unix.Bind(s, &unix.SockaddrNetlink{Family: unix.AF_NETLINK}); err != nil {
-		return fmt.Errorf("netio: netlink bind: %w", err)
-	}
 	// link up
 	{
 		var b nlBuf
@@ -55,21 +48,65 @@ func ConfigureInterface(name string, addrs, routes []netip.Prefix) error {
 		}
 	}
 	for _, r := range routes {
-		r = r.Masked()
-		var b nlBuf
-		b.header(unix.RTM_NEWROUTE, unix.NLM_F_REQUEST|unix.NLM_F_ACK|unix.NLM_F_CREATE|unix.NLM_F_REPLACE)
-		rtm := unix.RtMsg{Family: family(r.Addr()), Dst_len: uint8(r.Bits()), Table: unix.RT_TABLE_MAIN,
-			Protocol: unix.RTPROT_STATIC, Scope: unix.RT_SCOPE_LINK, Type: unix.RTN_UNICAST}
-		b.raw(unsafe.Slice((*byte)(unsafe.Pointer(&rtm)), unix.SizeofRtMsg))
-		b.attr(unix.RTA_DST, r.Addr().Unmap().AsSlice())
-		var idx [4]byte
-		binary.NativeEndian.PutUint32(idx[:], uint32(ifi.Index))
-		b.attr(unix.RTA_OIF, idx[:])
+		b := routeMsg(unix.RTM_NEWROUTE, unix.NLM_F_CREATE|unix.NLM_F_REPLACE, r, ifi.Index)
 		if err := b.do(s); err != nil {
-			return fmt.Errorf("netio: route %v dev %s: %w", r, name, err)
+			return fmt.Errorf("netio: route %v dev %s: %w", r.Masked(), name, err)
 		}
 	}
 	return nil
+}
+
+// RemoveRoutes removes the routes of the prefixes in routes through the
+// interface name (those ConfigureInterface added); a route that is not
+// there is not an error. Like ConfigureInterface it needs CAP_NET_ADMIN.
+func RemoveRoutes(name string, routes []netip.Prefix) error {
+	ifi, s, err := openRTNetlink(name)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(s)
+	for _, r := range routes {
+		b := routeMsg(unix.RTM_DELROUTE, 0, r, ifi.Index)
+		if err := b.do(s); err != nil && !errors.Is(err, unix.ESRCH) && !errors.Is(err, unix.ENOENT) {
+			return fmt.Errorf("netio: remove route %v dev %s: %w", r.Masked(), name, err)
+		}
+	}
+	return nil
+}
+
+// openRTNetlink looks up the interface name and opens a bound rtnetlink
+// socket; the caller closes it.
+func openRTNetlink(name string) (*net.Interface, int, error) {
+	ifi, err := net.InterfaceByName(name)
+	if err != nil {
+		return nil, -1, fmt.Errorf("netio: interface %s: %w", name, err)
+	}
+	s, err := unix.Socket(unix.AF_NETLINK, unix.SOCK_RAW|unix.SOCK_CLOEXEC, unix.NETLINK_ROUTE)
+	if err != nil {
+		return nil, -1, fmt.Errorf("netio: netlink: %w", err)
+	}
+	if err := unix.Bind(s, &unix.SockaddrNetlink{Family: unix.AF_NETLINK}); err != nil {
+		unix.Close(s)
+		return nil, -1, fmt.Errorf("netio: netlink bind: %w", err)
+	}
+	return ifi, s, nil
+}
+
+// routeMsg builds an RTM_NEWROUTE or RTM_DELROUTE request for the static
+// link-scope route of r through the interface with index ifindex, in the
+// main table.
+func routeMsg(typ, flags uint16, r netip.Prefix, ifindex int) *nlBuf {
+	r = r.Masked()
+	b := &nlBuf{}
+	b.header(typ, unix.NLM_F_REQUEST|unix.NLM_F_ACK|flags)
+	rtm := unix.RtMsg{Family: family(r.Addr()), Dst_len: uint8(r.Bits()), Table: unix.RT_TABLE_MAIN,
+		Protocol: unix.RTPROT_STATIC, Scope: unix.RT_SCOPE_LINK, Type: unix.RTN_UNICAST}
+	b.raw(unsafe.Slice((*byte)(unsafe.Pointer(&rtm)), unix.SizeofRtMsg))
+	b.attr(unix.RTA_DST, r.Addr().Unmap().AsSlice())
+	var idx [4]byte
+	binary.NativeEndian.PutUint32(idx[:], uint32(ifindex))
+	b.attr(unix.RTA_OIF, idx[:])
+	return b
 }
 
 func family(a netip.Addr) uint8 {

@@ -64,6 +64,10 @@ func TestPrintInterfaces(t *testing.T) {
 			Out: builtin.IfDir{Drops: map[string]uint64{"no-policy": 3}, DropTotal: 3}, In: builtin.IfDir{Drops: map[string]uint64{"bad-icv": 2, "replay": 1}, DropTotal: 3},
 			Error: "keel1: 100 consecutive read errors"}},
 			[]string{"keel1 drops: out no-policy=3; in bad-icv=2,replay=1", "keel1 FAILED: keel1: 100 consecutive read errors"}},
+		{"peers", []builtin.Interface{{Name: "keel0", Encap: "udp", Outer: "udp:4500", Local: "10.99.0.1", Peers: []builtin.IfPeer{
+			{Addr: "10.99.0.2:4500", OutPackets: 11, OutBytes: 1100, InPackets: 12, InBytes: 1200},
+			{Addr: "10.99.0.3:4500", OutPackets: 21, OutDrops: 4, InPackets: 22, InDrops: 5}}}},
+			[]string{"keel0 peers:", "PEER", "OUT PKTS", "IN DROPS", "10.99.0.2:4500  11", "1100", "1200", "10.99.0.3:4500  21"}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

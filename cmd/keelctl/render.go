@@ -239,7 +239,7 @@ func printIPsecIf(w io.Writer, v builtin.IPsec) error { return printInterfaces(w
 
 // printInterfaces prints the gateway interfaces' counters: OUT is what was
 // read from the TUN and sent as ESP, IN what was received and written to the
-// TUN.
+// TUN; then, per interface, the same per peer.
 func printInterfaces(w io.Writer, ifs []builtin.Interface) error {
 	if len(ifs) == 0 {
 		fmt.Fprintln(w, "no gateway interface (ipsec_tun is not set)")
@@ -252,6 +252,18 @@ func printInterfaces(w io.Writer, ifs []builtin.Interface) error {
 			i.Out.Packets, i.Out.Bytes, i.Out.DropTotal, i.In.Packets, i.In.Bytes, i.In.DropTotal)
 	}
 	tw.Flush()
+	for _, i := range ifs {
+		if len(i.Peers) == 0 {
+			continue
+		}
+		fmt.Fprintf(w, "\n%s peers:\n", i.Name)
+		tw := newTable(w)
+		fmt.Fprintln(tw, "PEER\tOUT PKTS\tOUT BYTES\tOUT DROPS\tIN PKTS\tIN BYTES\tIN DROPS")
+		for _, p := range i.Peers {
+			fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%d\n", p.Addr, p.OutPackets, p.OutBytes, p.OutDrops, p.InPackets, p.InBytes, p.InDrops)
+		}
+		tw.Flush()
+	}
 	for _, i := range ifs {
 		if len(i.Out.Drops) > 0 || len(i.In.Drops) > 0 {
 			fmt.Fprintf(w, "%s drops: out %s; in %s\n", i.Name, drops(i.Out.Drops), drops(i.In.Drops))

@@ -53,8 +53,10 @@ type Config struct {
 	// Local is this gateway's outer address (ipsec_local): raw ESP binds
 	// to it, and inbound ESP-in-UDP is matched to SAs for it.
 	Local netip.Addr
-	// Peer is the remote gateway (ipsec_peer); ESP goes to the SA's
-	// destination, so Peer is informational and used to check the SAs.
+	// Peer is a remote gateway (ipsec_peer), optional: the gateway serves
+	// every peer its SAs name and sends ESP to the selected SA's
+	// destination, so Peer is informational (status output); keeld checks
+	// that some SA has it as an endpoint.
 	Peer netip.Addr
 	// Encap selects ESP-in-UDP or raw ESP (ipsec_encap=udp|esp).
 	Encap Encap

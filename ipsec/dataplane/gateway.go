@@ -146,8 +146,10 @@ type Gateway struct {
 // (or, when empty, the destination of every outbound ipsec policy of eng)
 // into it, brings it up and starts the loops. eng must be configured (Apply)
 // before Start when the routes come from its policies (they are set once;
-// after a policy change call netio.ConfigureInterface with PolicyRoutes
-// again), and must outlive the gateway. It needs CAP_NET_ADMIN
+// after a policy change route the new PolicyRoutes with
+// netio.ConfigureInterface, remove the old ones with netio.RemoveRoutes and
+// call Refresh, as keeld's ipsec service does), and must outlive the
+// gateway. It needs CAP_NET_ADMIN
 // (and CAP_NET_RAW for raw ESP). ctx bounds only the setup; stop the gateway
 // with Close.
 func Start(ctx context.Context, eng *ipsec.Engine, cfg Config) (*Gateway, error) {
@@ -177,17 +179,22 @@ func Start(ctx context.Context, eng *ipsec.Engine, cfg Config) (*Gateway, error)
 		t.Close()
 		return nil, err
 	}
-	routes := cfg.Routes
-	if len(routes) == 0 {
-		routes = PolicyRoutes(eng.Policies())
-	}
 	name, _ := t.Name()
-	if err := netio.ConfigureInterface(name, cfg.Addrs, routes); err != nil {
+	if err := netio.ConfigureInterface(name, cfg.Addrs, Routes(cfg, eng.Policies())); err != nil {
 		o.Close()
 		t.Close()
 		return nil, err
 	}
 	return New(eng, t, o, cfg)
+}
+
+// Routes returns the prefixes Start routes into the TUN: cfg.Routes
+// (ipsec_routes) if set, else PolicyRoutes(pols).
+func Routes(cfg Config, pols []spd.Policy) []netip.Prefix {
+	if len(cfg.Routes) > 0 {
+		return cfg.Routes
+	}
+	return PolicyRoutes(pols)
 }
 
 // PolicyRoutes returns the destination prefixes of the outbound ipsec

@@ -32,8 +32,9 @@ type fakeGateways struct {
 	tuns    []*netiotest.TUN
 	outers  []*netiotest.Outer
 	routes  [][]netip.Prefix
-	fail    error   // returned by the next start
-	fails   []error // then these, one per start
+	removed [][]netip.Prefix // what delRoutes was asked to remove
+	fail    error            // returned by the next start
+	fails   []error          // then these, one per start
 }
 
 func (f *fakeGateways) start(_ context.Context, eng *ipsec.Engine, cfg dataplane.Config) (*dataplane.Gateway, error) {
@@ -69,6 +70,13 @@ func (f *fakeGateways) setRoutes(name string, routes []netip.Prefix) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.routes = append(f.routes, routes)
+	return nil
+}
+
+func (f *fakeGateways) delRoutes(name string, routes []netip.Prefix) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.removed = append(f.removed, routes)
 	return nil
 }
 
@@ -134,7 +142,8 @@ func TestIPsecGateway(t *testing.T) {
 		t.Fatalf("/v1/ipsec/if: %+v", v)
 	}
 	if i := v.Interfaces[0]; i.Name != "keel0" || i.Encap != "udp" || i.Local != "192.0.2.1" || i.Peer != "192.0.2.2" ||
-		i.Out.ReadPackets != 2 || i.Out.DropTotal != 1 || i.Out.Bytes == 0 || len(v.SAs) != 0 || len(v.Policies) != 0 {
+		i.Out.ReadPackets != 2 || i.Out.DropTotal != 1 || i.Out.Bytes == 0 || len(v.SAs) != 0 || len(v.Policies) != 0 ||
+		len(i.Peers) != 1 || i.Peers[0].Addr != "192.0.2.2:4500" || i.Peers[0].OutPackets != 1 || i.Peers[0].OutBytes != i.Out.Bytes {
 		t.Errorf("/v1/ipsec/if: %+v", v)
 	}
 	var all IPsec
@@ -160,16 +169,21 @@ func TestIPsecGateway(t *testing.T) {
 		closed  bool   // the previous gateway was closed
 		status  string // expected in the ipsec status text; "" for no tun
 		route   string // expected among the routes set
+		unroute string // expected among the routes removed by the step
 	}{
 		{name: "ipsec.conf adds a policy", local: gwLocal,
 			conf:   conf + "spdadd 10.1.0.0/24 10.4.0.0/24 any -P out ipsec esp/tunnel/192.0.2.1-192.0.2.2/unique:2;\n",
 			status: "tun keel0 udp 192.0.2.1->192.0.2.2", route: "10.4.0.0/24"},
+		{name: "ipsec.conf removes it again", local: gwLocal,
+			status: "tun keel0 udp 192.0.2.1->192.0.2.2", route: "10.2.0.0/24", unroute: "10.4.0.0/24"},
 		{name: "encap changes", local: gwLocal + "ipsec_encap=esp\n", started: 1, closed: true,
 			status: "tun keel0 esp 192.0.2.1->192.0.2.2"},
 		{name: "bad encap is refused", local: gwLocal + "ipsec_encap=gre\n", wantErr: "ipsec_encap",
 			status: "tun keel0 esp 192.0.2.1->192.0.2.2"},
-		{name: "peer changes", local: gwLocal + "ipsec_encap=esp\nipsec_peer=192.0.2.3\n", started: 1, closed: true,
-			status: "tun keel0 esp 192.0.2.1->192.0.2.3"},
+		{name: "peer no SA names is refused", local: gwLocal + "ipsec_encap=esp\nipsec_peer=192.0.2.3\n", wantErr: "ipsec_peer=\"192.0.2.3\": no SA in /etc/ipsec.conf",
+			status: "tun keel0 esp 192.0.2.1->192.0.2.2"},
+		{name: "peer unset", local: gwLocal + "ipsec_encap=esp\nipsec_peer=\n", started: 1, closed: true,
+			status: "tun keel0 esp 192.0.2.1->192.0.2.2"},
 		{name: "tun unset", local: "syslogd_enable=NO\npktgen_enable=NO\nkld_list=\"\"\n", closed: true},
 		{name: "tun set again", local: gwLocal, started: 1, status: "tun keel0 udp 192.0.2.1->192.0.2.2"},
 		{name: "unchanged keeps it", service: true, local: gwLocal, status: "tun keel0 udp 192.0.2.1->192.0.2.2", route: "10.2.0.0/24"},
@@ -193,6 +207,9 @@ func TestIPsecGateway(t *testing.T) {
 			}
 		}
 		n := fake.count()
+		fake.mu.Lock()
+		nRemoved := len(fake.removed)
+		fake.mu.Unlock()
 		root["etc/rc.conf.local"] = &fstest.MapFile{Data: []byte(st.local)}
 		root["etc/ipsec.conf"] = &fstest.MapFile{Data: []byte(st.conf)}
 		var (
@@ -238,6 +255,12 @@ func TestIPsecGateway(t *testing.T) {
 			if !slices.Contains(rs, netip.MustParsePrefix(st.route)) {
 				t.Errorf("%s: routes %v lack %s", st.name, rs, st.route)
 			}
+		}
+		fake.mu.Lock()
+		removed := slices.Concat(fake.removed[nRemoved:]...)
+		fake.mu.Unlock()
+		if (st.unroute == "") != (len(removed) == 0) || (st.unroute != "" && !slices.Equal(removed, []netip.Prefix{netip.MustParsePrefix(st.unroute)})) {
+			t.Errorf("%s: routes removed %v, want %q", st.name, removed, st.unroute)
 		}
 	}
 	gw = sys.Gateway()

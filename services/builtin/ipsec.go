@@ -37,8 +37,9 @@ var dataplaneVars = []string{"ipsec_tun", "ipsec_local", "ipsec_peer", "ipsec_en
 // dataplane.Start except in tests, which use in-memory I/O.
 type gatewayStarter func(ctx context.Context, eng *ipsec.Engine, cfg dataplane.Config) (*dataplane.Gateway, error)
 
-// routeSetter routes prefixes into the interface name; it is
-// netio.ConfigureInterface except in tests.
+// routeSetter adds (routes) or removes (unroutes) routes of prefixes into
+// the interface name; netio.ConfigureInterface and netio.RemoveRoutes
+// except in tests.
 type routeSetter func(name string, routes []netip.Prefix) error
 
 // ipsecService runs the IPsec engine from ipsec_file and, when ipsec_tun is
@@ -47,12 +48,16 @@ type ipsecService struct {
 	sys       *System
 	startGW   gatewayStarter
 	setRoutes routeSetter
+	delRoutes routeSetter
 
 	mu    sync.RWMutex
 	eng   *ipsec.Engine
 	src   string             // file the configuration came from
 	gw    *dataplane.Gateway // nil without ipsec_tun
 	gwCfg dataplane.Config   // what gw was started with
+	// gwRoutes are the routes into gw: those it was started with, then
+	// those of the last syncRoutes.
+	gwRoutes []netip.Prefix
 
 	// ledger hands out the AEAD nonces of every engine of the System (the
 	// service's, successive ones across restarts, and pktgen's peer). It
@@ -72,7 +77,7 @@ const preferOldVar = "ipsec_preferred_oldsa"
 func newIPsecService(sys *System) *ipsecService {
 	return &ipsecService{sys: sys, startGW: dataplane.Start, setRoutes: func(name string, routes []netip.Prefix) error {
 		return netio.ConfigureInterface(name, nil, routes)
-	}}
+	}, delRoutes: netio.RemoveRoutes}
 }
 
 // gateway returns the running gateway, or nil.
@@ -180,6 +185,11 @@ func (s *ipsecService) Start(ctx context.Context, env services.BuiltinEnv) error
 		return err
 	}
 	defer cfg.Zero()
+	if tun {
+		if err := checkPeer(gwCfg, cfg, file); err != nil {
+			return err
+		}
+	}
 	ledger, err := s.nonceLedger(env)
 	if err != nil {
 		return err
@@ -198,6 +208,7 @@ func (s *ipsecService) Start(ctx context.Context, env services.BuiltinEnv) error
 	}
 	s.mu.Lock()
 	s.eng, s.src, s.gw, s.gwCfg = eng, file, gw, gwCfg
+	s.gwRoutes = dataplane.Routes(gwCfg, eng.Policies())
 	s.mu.Unlock()
 	sas := eng.SAs()
 	env.Log.Info(fmt.Sprintf("engine up from %s: %d SA(s), %d policies", file, len(sas), len(eng.Policies())))
@@ -236,11 +247,15 @@ func stopped(gw *dataplane.Gateway) bool {
 }
 
 // tunText renders a gateway for status lines: "tun keel0 udp
-// 10.99.0.1->10.99.0.2".
+// 10.99.0.1->10.99.0.2" (ipsec_peer, or the one peer the SAs name), or
+// "tun keel0 udp 10.99.0.1->3 peers".
 func tunText(st dataplane.Status) string {
-	peer := "any"
-	if st.Peer.IsValid() {
+	peer := fmt.Sprintf("%d peers", len(st.Peers))
+	switch {
+	case st.Peer.IsValid():
 		peer = st.Peer.String()
+	case len(st.Peers) == 1:
+		peer = st.Peers[0].Addr.Addr().String()
 	}
 	return fmt.Sprintf("tun %s %s %s->%s", st.Interface, st.Encap, st.Local, peer)
 }
@@ -259,11 +274,11 @@ func orNone(s string) string {
 // Reload re-reads ipsec_file and applies it together with the gateway,
 // all or nothing: a changed ipsec_tun, ipsec_local, ipsec_peer,
 // ipsec_encap (or another gateway variable) restarts the gateway, an
-// unset ipsec_tun stops it; otherwise it keeps running and, when its
-// routes come from the policies (no ipsec_routes), the routes of the new
-// outbound policies are added (routes of removed policies stay: what they
-// carry is dropped and counted as no-policy). A gateway whose loops
-// stopped on an error is restarted, so a reload recovers it.
+// unset ipsec_tun stops it; otherwise it keeps running, counts the peers
+// of the new SAs and, when its routes come from the policies (no
+// ipsec_routes), the routes of the new outbound policies are added and,
+// once they are installed, those of removed policies removed. A gateway
+// whose loops stopped on an error is restarted, so a reload recovers it.
 //
 // The engine's new configuration is installed only once the gateway part
 // succeeded (ipsec.Engine.ApplyThen). When the new gateway cannot start
@@ -284,22 +299,28 @@ func (s *ipsecService) Reload(ctx context.Context, env services.BuiltinEnv) erro
 	if err != nil {
 		return err
 	}
-	cfg, _, err := readConfig(env)
+	cfg, file, err := readConfig(env)
 	if err != nil {
 		return err
 	}
 	defer cfg.Zero()
+	if tun {
+		if err := checkPeer(gwCfg, cfg, file); err != nil {
+			return err
+		}
+	}
 	s.mu.RLock()
 	old, oldCfg := s.gw, s.gwCfg
 	s.mu.RUnlock()
 	keep := old != nil && tun && reflect.DeepEqual(oldCfg, gwCfg) && !stopped(old)
+	var want []netip.Prefix // the kept gateway's routes under the new policies
 	err = eng.ApplyThen(ctx, cfg, func(pols []spd.Policy) error {
 		if !keep {
 			return s.replaceGateway(ctx, eng, old, oldCfg, gwCfg, tun, pols, env.Log)
 		}
 		if len(gwCfg.Routes) == 0 {
-			if routes := dataplane.PolicyRoutes(pols); len(routes) > 0 {
-				if err := s.setRoutes(old.Status().Interface, routes); err != nil {
+			if want = dataplane.PolicyRoutes(pols); len(want) > 0 {
+				if err := s.setRoutes(old.Status().Interface, want); err != nil {
 					return fmt.Errorf("ipsec_tun %s: routes: %w", gwCfg.TUN, err)
 				}
 			}
@@ -317,6 +338,12 @@ func (s *ipsecService) Reload(ctx context.Context, env services.BuiltinEnv) erro
 		return err
 	}
 	eng.SetPreferOldSA(env.Config.Bool(preferOldVar))
+	if gw := s.gateway(); gw != nil {
+		gw.Refresh() // count the peers of the SAs just installed
+	}
+	if keep && len(gwCfg.Routes) == 0 {
+		s.pruneRoutes(old.Status().Interface, want, env.Log)
+	}
 	env.Log.Info(fmt.Sprintf("reloaded: %d SA(s), %d policies", len(eng.SAs()), len(eng.Policies())))
 	return nil
 }
@@ -353,7 +380,7 @@ func (s *ipsecService) replaceGateway(ctx context.Context, eng *ipsec.Engine, ol
 	gw, err := s.startGateway(ctx, eng, start, log)
 	if err == nil {
 		s.mu.Lock()
-		s.gw, s.gwCfg = gw, cfg
+		s.gw, s.gwCfg, s.gwRoutes = gw, cfg, start.Routes
 		s.mu.Unlock()
 		return nil
 	}
@@ -366,7 +393,7 @@ func (s *ipsecService) replaceGateway(ctx context.Context, eng *ipsec.Engine, ol
 		return fmt.Errorf("%w; the previous gateway: %w (%w)", err, perr, errGatewayLost)
 	}
 	s.mu.Lock()
-	s.gw, s.gwCfg = prev, oldCfg
+	s.gw, s.gwCfg, s.gwRoutes = prev, oldCfg, dataplane.Routes(oldCfg, eng.Policies())
 	s.mu.Unlock()
 	return err
 }

@@ -76,7 +76,7 @@ func newTestbedLog(t *testing.T, local string, budget time.Duration, gateways *f
 	log := slog.New(slog.NewTextHandler(w, nil))
 	sys := New(Options{CalibrationBudget: budget, Logger: log})
 	if gateways != nil {
-		sys.ips.startGW, sys.ips.setRoutes = gateways.start, gateways.setRoutes
+		sys.ips.startGW, sys.ips.setRoutes, sys.ips.delRoutes = gateways.start, gateways.setRoutes, gateways.delRoutes
 	}
 	b := &testbed{t: t, ctx: context.Background(), sys: sys, root: appliance(t, local), rt: t.TempDir()}
 	m, err := services.New(services.Options{

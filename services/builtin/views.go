@@ -109,6 +109,22 @@ type IfDir struct {
 	DropTotal uint64            `json:"drop_total"`
 }
 
+// IfPeer is one peer of an Interface: a remote endpoint some SA names.
+type IfPeer struct {
+	// Addr is the peer's outer address, with the port for ESP-in-UDP
+	// ("10.99.0.2:4500").
+	Addr string `json:"addr"`
+	// Out counts the ESP packets sent to the peer (OutDrops: sends that
+	// failed); In the inner packets received from it (InDrops: its ESP
+	// packets dropped).
+	OutPackets uint64 `json:"out_packets"`
+	OutBytes   uint64 `json:"out_bytes"`
+	OutDrops   uint64 `json:"out_drops"`
+	InPackets  uint64 `json:"in_packets"`
+	InBytes    uint64 `json:"in_bytes"`
+	InDrops    uint64 `json:"in_drops"`
+}
+
 // Interface is GET /v1/ipsec/if's view of the gateway's interface
 // (rc.conf ipsec_tun).
 type Interface struct {
@@ -120,6 +136,8 @@ type Interface struct {
 	Peer  string `json:"peer,omitempty"`
 	Out   IfDir  `json:"out"`
 	In    IfDir  `json:"in"`
+	// Peers are the counters of every peer the SAs name.
+	Peers []IfPeer `json:"peers,omitempty"`
 	// Error is why the gateway's loops stopped, if they did.
 	Error string `json:"error,omitempty"`
 }
@@ -207,6 +225,14 @@ func ifView(st dataplane.Status) Interface {
 		Out: ifDir(st.Out), In: ifDir(st.In), Error: st.Err}
 	if st.Peer.IsValid() {
 		v.Peer = st.Peer.String()
+	}
+	for _, p := range st.Peers {
+		addr := p.Addr.String()
+		if p.Addr.Port() == 0 {
+			addr = p.Addr.Addr().String()
+		}
+		v.Peers = append(v.Peers, IfPeer{Addr: addr, OutPackets: p.OutPackets, OutBytes: p.OutBytes, OutDrops: p.OutDrops,
+			InPackets: p.InPackets, InBytes: p.InBytes, InDrops: p.InDrops})
 	}
 	return v
 }
