@@ -54,7 +54,8 @@ type topo struct {
 	encap string
 	t     *testing.T
 	dir   string
-	a, b  *side
+	a, b  *side   // the two sides of newTopo
+	more  []*side // the sides of other topologies (newHubTopo)
 	mu    sync.Mutex
 	cmds  []*exec.Cmd
 	// exited holds, for the processes of start, a channel closed once
@@ -125,25 +126,12 @@ func randHex(t *testing.T, n int) string {
 // and every process started through the topology, whatever happens.
 func newTopo(t *testing.T) *topo {
 	t.Helper()
-	id := fmt.Sprintf("%s%d-%d-", nsPrefix, os.Getpid(), nsCounter.Add(1))
-	tp := &topo{t: t, dir: t.TempDir()}
+	tp, id := newTopoBase(t)
 	kab, kba := randHex(t, 20), randHex(t, 20)
-	tp.udpGSO, tp.encap = "YES", "udp"
 	tp.a = &side{name: "A", ns: id + "A", outer: outerA, inner: innerA, peer: outerB, peerIn: innerB,
 		outKey: kab, inKey: kba, outSPI: spiAB, inSPI: spiBA}
 	tp.b = &side{name: "B", ns: id + "B", outer: outerB, inner: innerB, peer: outerA, peerIn: innerA,
 		outKey: kba, inKey: kab, outSPI: spiBA, inSPI: spiAB}
-	t.Cleanup(tp.cleanup)
-	t.Cleanup(func() {
-		// After cleanup stopped keeld: its log tells why a test failed.
-		if t.Failed() {
-			for _, s := range []*side{tp.a, tp.b} {
-				if s.log != nil {
-					t.Logf("keeld %s log:\n%s", s.name, s.log.String())
-				}
-			}
-		}
-	})
 	tp.run("ip", "netns", "add", tp.a.ns)
 	tp.run("ip", "netns", "add", tp.b.ns)
 	tp.run("ip", "link", "add", "vA", "netns", tp.a.ns, "type", "veth", "peer", "name", "vB", "netns", tp.b.ns)
@@ -152,13 +140,55 @@ func newTopo(t *testing.T) *topo {
 		tp.run("ip", "-n", s.ns, "addr", "add", s.outer+"/24", "dev", dev)
 		tp.run("ip", "-n", s.ns, "link", "set", "lo", "up")
 		tp.run("ip", "-n", s.ns, "link", "set", dev, "up")
-		if _, err := exec.LookPath("ethtool"); err == nil && os.Getenv("KEEL_E2E_UDP_GSO") != "NO" {
-			tp.in(s, "ethtool", "-K", dev, "tx-udp-segmentation", "off")
-		} else {
-			tp.udpGSO = "NO"
-		}
+		tp.noUDPGSO(s, dev)
 	}
 	return tp
+}
+
+// newTopoBase returns a topology without namespaces yet, and the prefix of
+// its namespace names; t.Cleanup stops its processes, removes the
+// namespaces of its sides and, when the test failed, logs their keelds'
+// logs.
+func newTopoBase(t *testing.T) (*topo, string) {
+	t.Helper()
+	id := fmt.Sprintf("%s%d-%d-", nsPrefix, os.Getpid(), nsCounter.Add(1))
+	tp := &topo{t: t, dir: t.TempDir(), udpGSO: "YES", encap: "udp"}
+	t.Cleanup(tp.cleanup)
+	t.Cleanup(func() {
+		// After cleanup stopped keeld: its log tells why a test failed.
+		if t.Failed() {
+			for _, s := range tp.sides() {
+				if s.log != nil {
+					t.Logf("keeld %s log:\n%s", s.name, s.log.String())
+				}
+			}
+		}
+	})
+	return tp, id
+}
+
+// sides returns every side of the topology.
+func (tp *topo) sides() []*side {
+	var out []*side
+	for _, s := range append([]*side{tp.a, tp.b}, tp.more...) {
+		if s != nil {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// noUDPGSO turns UDP segmentation offload off on dev in s's namespace (so
+// that a capture shows every ESP-in-UDP datagram, segmented in software),
+// or, without ethtool or with KEEL_E2E_UDP_GSO=NO, makes the gateways send
+// without GSO.
+func (tp *topo) noUDPGSO(s *side, dev string) {
+	tp.t.Helper()
+	if _, err := exec.LookPath("ethtool"); err == nil && os.Getenv("KEEL_E2E_UDP_GSO") != "NO" {
+		tp.in(s, "ethtool", "-K", dev, "tx-udp-segmentation", "off")
+	} else {
+		tp.udpGSO = "NO"
+	}
 }
 
 func (tp *topo) cleanup() {
@@ -190,10 +220,8 @@ func (tp *topo) cleanup() {
 			<-done
 		}
 	}
-	for _, s := range []*side{tp.a, tp.b} {
-		if s != nil {
-			exec.Command("ip", "netns", "del", s.ns).Run()
-		}
+	for _, s := range tp.sides() {
+		exec.Command("ip", "netns", "del", s.ns).Run()
 	}
 }
 
@@ -296,6 +324,14 @@ ipsec_tun_addr="%s/24"
 ipsec_tun_mtu="1420"
 ipsec_udp_gso="%s"
 `, s.name, baseline, kld, s.outer, s.peer, tp.encap, s.inner, tp.udpGSO)
+	tp.boot(s, rc, conf)
+}
+
+// boot starts a keeld in s's namespace on a temporary root with the rc.conf
+// rc and the ipsec.conf conf (see writeRoot) and returns once the boot is
+// over, with ipsec running.
+func (tp *topo) boot(s *side, rc, conf string) {
+	tp.t.Helper()
 	root := filepath.Join(tp.dir, "root"+s.name)
 	if err := writeRoot(root, rc, conf); err != nil {
 		tp.t.Fatal(err)
@@ -412,8 +448,14 @@ type capture struct {
 
 func (tp *topo) capture(s *side, snaplen int) *capture {
 	tp.t.Helper()
-	cp := &capture{file: filepath.Join(tp.dir, "cap"+s.name+".pcap"), stderr: &syncBuffer{}}
-	cp.cmd = s.command("tcpdump", "-i", "v"+s.name, "-n", "-U", "-B", "16384", "-s", strconv.Itoa(snaplen), "-w", cp.file, "ip")
+	return tp.captureDev(s, "v"+s.name, snaplen)
+}
+
+// captureDev runs tcpdump on the device dev of s's namespace.
+func (tp *topo) captureDev(s *side, dev string, snaplen int) *capture {
+	tp.t.Helper()
+	cp := &capture{file: filepath.Join(tp.dir, "cap"+s.name+"-"+dev+".pcap"), stderr: &syncBuffer{}}
+	cp.cmd = s.command("tcpdump", "-i", dev, "-n", "-U", "-B", "16384", "-s", strconv.Itoa(snaplen), "-w", cp.file, "ip")
 	cp.cmd.Stderr = cp.stderr
 	if keep := os.Getenv("KEEL_E2E_KEEP"); keep != "" {
 		// Keep the capture of a failed test for inspection.
@@ -421,7 +463,7 @@ func (tp *topo) capture(s *side, snaplen int) *capture {
 			if tp.t.Failed() {
 				if b, err := os.ReadFile(cp.file); err == nil {
 					name := strings.NewReplacer("/", "_", " ", "_").Replace(tp.t.Name())
-					os.WriteFile(filepath.Join(keep, name+"-"+s.name+".pcap"), b, 0o600)
+					os.WriteFile(filepath.Join(keep, name+"-"+s.name+"-"+dev+".pcap"), b, 0o600)
 				}
 			}
 		})
@@ -485,50 +527,84 @@ func (tp *topo) tshark(file string, args ...string) []string {
 // during is set, it runs once the transfer is under way.
 func (tp *topo) tcpTransfer(from, to *side, n, rate int64, during func()) {
 	tp.t.Helper()
+	f := tp.startTCP(from, to, to.inner, n, rate)
+	if during != nil {
+		during()
+	}
+	tp.waitTCP(f)
+}
+
+// tcpFlow is a TCP transfer under way (startTCP).
+type tcpFlow struct {
+	from, to          *side
+	addr              string
+	n                 int64
+	sink, src         *exec.Cmd
+	sinkOut, srcOut   *syncBuffer
+	sinkErr, srcErr   *syncBuffer
+	sinkDone, srcDone chan error
+}
+
+// startTCP starts a sink listening on addr:5001 in to's namespace and, once
+// it listens, a source in from's namespace that sends it n pseudo-random
+// bytes at rate bytes/s (0: unpaced). Several may run at once (on distinct
+// addresses); waitTCP checks each.
+func (tp *topo) startTCP(from, to *side, addr string, n, rate int64) *tcpFlow {
+	tp.t.Helper()
 	exe, err := os.Executable()
 	if err != nil {
 		tp.t.Fatal(err)
 	}
-	sinkOut, srcOut := &syncBuffer{}, &syncBuffer{}
-	var sinkErr, srcErr bytes.Buffer
-	sink := to.command(exe, "-test.run=^$", "sink", to.inner+":5001")
-	sink.Env = append(os.Environ(), helperEnv+"=sink")
-	sink.Stdout, sink.Stderr = sinkOut, &sinkErr
-	tp.spawn(sink)
-	for deadline := time.Now().Add(10 * time.Second); !strings.Contains(sinkOut.String(), "listening"); time.Sleep(20 * time.Millisecond) {
+	f := &tcpFlow{from: from, to: to, addr: addr, n: n, sinkOut: &syncBuffer{}, srcOut: &syncBuffer{}, sinkErr: &syncBuffer{}, srcErr: &syncBuffer{}}
+	f.sink = to.command(exe, "-test.run=^$", "sink", addr+":5001")
+	f.sink.Env = append(os.Environ(), helperEnv+"=sink")
+	f.sink.Stdout, f.sink.Stderr = f.sinkOut, f.sinkErr
+	tp.spawn(f.sink)
+	f.sinkDone = waitChan(f.sink)
+	for deadline := time.Now().Add(10 * time.Second); !strings.Contains(f.sinkOut.String(), "listening"); time.Sleep(20 * time.Millisecond) {
 		if time.Now().After(deadline) {
-			tp.t.Fatalf("sink did not listen: %s", sinkErr.String())
+			tp.t.Fatalf("sink on %s did not listen: %s", addr, f.sinkErr.String())
 		}
 	}
-	src := from.command(exe, "-test.run=^$", "source", to.inner+":5001")
-	src.Env = append(os.Environ(), helperEnv+"=source", fmt.Sprintf("KEEL_E2E_BYTES=%d", n), fmt.Sprintf("KEEL_E2E_RATE=%d", rate))
-	src.Stdout, src.Stderr = srcOut, &srcErr
-	tp.spawn(src)
-	if during != nil {
-		during()
-	}
-	wait := func(c *exec.Cmd, what string, stderr *bytes.Buffer) {
-		done := make(chan error, 1)
-		go func() { done <- c.Wait() }()
+	f.src = from.command(exe, "-test.run=^$", "source", addr+":5001")
+	f.src.Env = append(os.Environ(), helperEnv+"=source", fmt.Sprintf("KEEL_E2E_BYTES=%d", n), fmt.Sprintf("KEEL_E2E_RATE=%d", rate))
+	f.src.Stdout, f.src.Stderr = f.srcOut, f.srcErr
+	tp.spawn(f.src)
+	f.srcDone = waitChan(f.src)
+	return f
+}
+
+// waitChan waits for c on a goroutine; the channel gets its result.
+func waitChan(c *exec.Cmd) chan error {
+	ch := make(chan error, 1)
+	go func() { ch <- c.Wait() }()
+	return ch
+}
+
+// waitTCP waits (60 s at most) for the transfer to end and checks that the
+// sink got all the bytes the source sent, with the same hash.
+func (tp *topo) waitTCP(f *tcpFlow) {
+	tp.t.Helper()
+	wait := func(c *exec.Cmd, done chan error, what string, stderr *syncBuffer) {
 		select {
 		case err := <-done:
 			if err != nil {
-				tp.t.Fatalf("%s: %v: %s", what, err, stderr.String())
+				tp.t.Fatalf("%s %s->%s: %v: %s", what, f.from.name, f.addr, err, stderr.String())
 			}
 		case <-time.After(60 * time.Second):
 			c.Process.Kill()
-			tp.t.Fatalf("%s: timeout", what)
+			tp.t.Fatalf("%s %s->%s: timeout", what, f.from.name, f.addr)
 		}
 	}
-	wait(src, "source", &srcErr)
-	wait(sink, "sink", &sinkErr)
-	want := strings.TrimSpace(lastLine(srcOut.String()))
-	got := strings.TrimSpace(lastLine(sinkOut.String()))
+	wait(f.src, f.srcDone, "source", f.srcErr)
+	wait(f.sink, f.sinkDone, "sink", f.sinkErr)
+	want := strings.TrimSpace(lastLine(f.srcOut.String()))
+	got := strings.TrimSpace(lastLine(f.sinkOut.String()))
 	if want == "" || got != want {
-		tp.t.Fatalf("TCP %s->%s: sink got %q, source sent %q", from.name, to.name, got, want)
+		tp.t.Fatalf("TCP %s->%s: sink got %q, source sent %q", f.from.name, f.addr, got, want)
 	}
-	if !strings.HasPrefix(got, strconv.FormatInt(n, 10)+" ") {
-		tp.t.Fatalf("TCP %s->%s: transferred %q, want %d bytes", from.name, to.name, got, n)
+	if !strings.HasPrefix(got, strconv.FormatInt(f.n, 10)+" ") {
+		tp.t.Fatalf("TCP %s->%s: transferred %q, want %d bytes", f.from.name, f.addr, got, f.n)
 	}
 }
 
