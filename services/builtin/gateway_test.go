@@ -151,10 +151,11 @@ func TestIPsecGateway(t *testing.T) {
 		t.Errorf("/v1/ipsec: %+v %v", all, err)
 	}
 	wantMetrics(t, map[string]float64{
-		"keel_ipsec_if_packets_total,dir=out,if=keel0":                  1,
-		"keel_ipsec_if_read_packets_total,dir=out,if=keel0":             2,
-		"keel_ipsec_if_drops_total,dir=out,if=keel0,reason=no-policy":   1,
-		"keel_ipsec_if_up,encap=udp,if=keel0,outer=pipe:192.0.2.1:4500": 1,
+		"keel_ipsec_if_packets_total,dir=out,if=keel0":                       1,
+		"keel_ipsec_peer_packets_total,dir=out,if=keel0,peer=192.0.2.2:4500": 1,
+		"keel_ipsec_if_read_packets_total,dir=out,if=keel0":                  2,
+		"keel_ipsec_if_drops_total,dir=out,if=keel0,reason=no-policy":        1,
+		"keel_ipsec_if_up,encap=udp,if=keel0,outer=pipe:192.0.2.1:4500":      1,
 	}, sys.Collectors()...)
 
 	conf := string(root["etc/ipsec.conf"].Data)

@@ -382,6 +382,9 @@ var (
 	descSAExpired = prometheus.NewDesc("keel_ipsec_sa_expired_total", "SA lifetime events: soft (rekey due) or hard (SA dead) lifetime reached, by the lifetime that ran out (time, bytes, packets, sequence numbers).", []string{"lifetime", "reason"}, nil)
 	descSAs       = prometheus.NewDesc("keel_ipsec_sas", "Installed SAs by state (mature, dying, dead).", []string{"state"}, nil)
 	descIfUp      = prometheus.NewDesc("keel_ipsec_if_up", "1 while the gateway's loops run, 0 after they stopped on an error.", []string{"if", "encap", "outer"}, nil)
+	descPeerPkts  = prometheus.NewDesc("keel_ipsec_peer_packets_total", "Packets of one peer: ESP sent to it (out), inner packets from it to the TUN (in).", []string{"if", "peer", "dir"}, nil)
+	descPeerBytes = prometheus.NewDesc("keel_ipsec_peer_bytes_total", "Bytes of one peer: ESP bytes sent to it (out), inner bytes from it to the TUN (in).", []string{"if", "peer", "dir"}, nil)
+	descPeerDrops = prometheus.NewDesc("keel_ipsec_peer_drops_total", "Packets of one peer dropped: failed sends (out), its ESP packets dropped (in).", []string{"if", "peer", "dir"}, nil)
 
 	descLedgerWritable = prometheus.NewDesc("keel_ipsec_nonce_ledger_writable", "1 while the nonce ledger file is written, 0 while its writes fail (AEAD SAs stop once their range is used up).", []string{"ledger"}, nil)
 	descLedgerErrors   = prometheus.NewDesc("keel_ipsec_nonce_ledger_write_errors_total", "Failed reads and writes of the nonce ledger file.", []string{"ledger"}, nil)
@@ -392,7 +395,7 @@ var (
 
 func (c collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descProvState, descProvTput, descProvSess, descProvReb, descProvBytes, descSAPkts, descSABytes, descSADrops, descSARebinds, descSAExpired, descSAs, descSANoProv,
-		descIfPkts, descIfBytes, descIfRead, descIfDrops, descIfUp,
+		descIfPkts, descIfBytes, descIfRead, descIfDrops, descIfUp, descPeerPkts, descPeerBytes, descPeerDrops,
 		descLedgerWritable, descLedgerErrors, descLedgerUnrec, descLedgerUnsafe, descLedgerRefused} {
 		ch <- d
 	}
@@ -456,6 +459,15 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 			ch <- prometheus.MustNewConstMetric(descIfRead, prometheus.CounterValue, float64(d.st.ReadPackets), st.Interface, d.dir)
 			for _, reason := range slices.Sorted(maps.Keys(d.st.Drops)) {
 				ch <- prometheus.MustNewConstMetric(descIfDrops, prometheus.CounterValue, float64(d.st.Drops[reason]), st.Interface, d.dir, reason)
+			}
+		}
+		for _, p := range ifView(st).Peers {
+			for _, m := range []struct {
+				d       *prometheus.Desc
+				out, in uint64
+			}{{descPeerPkts, p.OutPackets, p.InPackets}, {descPeerBytes, p.OutBytes, p.InBytes}, {descPeerDrops, p.OutDrops, p.InDrops}} {
+				ch <- prometheus.MustNewConstMetric(m.d, prometheus.CounterValue, float64(m.out), st.Interface, p.Addr, "out")
+				ch <- prometheus.MustNewConstMetric(m.d, prometheus.CounterValue, float64(m.in), st.Interface, p.Addr, "in")
 			}
 		}
 	}
