@@ -1,5 +1,6 @@
 // Package e2e holds Keel's root end-to-end tests: two network namespaces
-// joined by a veth pair, a keeld in each (on a temporary root: the embedded
+// joined by a veth pair (or, for TestManyPeers, a hub namespace with a
+// bridge and three peer namespaces on veths to it), a keeld in each (on a temporary root: the embedded
 // appliance's rc.d, an rc.conf with ipsec_tun, ipsec_local, ipsec_peer and
 // ipsec_encap, and an ipsec.conf with mirrored SAs), real traffic through
 // the tunnel, checked on the wire with tcpdump and tshark, and keelctl

@@ -17,6 +17,12 @@
 // there). Each loop holds BatchSize packets of 64 KiB (GSO/GRO need room to
 // coalesce), about 25 MiB per gateway.
 //
+// A gateway serves every peer its engine's SAs name (Config.Peer is only
+// informational): each ESP packet goes to the remote endpoint of the SA
+// its policy selected, and inbound ESP from any peer is matched to its SA
+// by SPI. Traffic is counted per interface and per peer (Status.Peers; call
+// Refresh after the engine's SAs change).
+//
 // Outbound packets with no policy or a discard policy, and inbound packets
 // that fail any check, are dropped by the engine and counted here per
 // interface and reason, together with the gateway's own drop reasons (see
