@@ -1,8 +1,9 @@
 // Package e2e holds Keel's root end-to-end tests: two network namespaces
 // joined by a veth pair (or, for TestManyPeers, a hub namespace with a
-// bridge and three peer namespaces on veths to it), a keeld in each (on a temporary root: the embedded
-// appliance's rc.d, an rc.conf with ipsec_tun, ipsec_local, ipsec_peer and
-// ipsec_encap, and an ipsec.conf with mirrored SAs), real traffic through
+// bridge and three peer namespaces on veths to it), a keeld in each (on a
+// temporary root: the embedded appliance's rc.d, an rc.conf with ipsec_tun,
+// ipsec_local, ipsec_peer and ipsec_encap, and an ipsec.conf with mirrored
+// SAs), real traffic through
 // the tunnel, checked on the wire with tcpdump and tshark, and keelctl
 // driving the keelds (kldload for the hot rebind, crypto --json for the
 // virtio device's PID, ipsec --json for the counters).
