@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -370,8 +371,19 @@ func TestPolicyRoutes(t *testing.T) {
 	eng := newEngine(t, setkeyConf("esp-udp", gwA, gwB, inA, inB, keyAB, keyBA, 0x1001, 0x2001,
 		"spdadd 10.98.0.1 10.5.0.0/16 any -P out ipsec esp/tunnel/10.99.0.1-10.99.0.2/require;\n"+
 			"spdadd 10.98.0.1 10.6.0.0/16 any -P out discard;\n"+
-			"spdadd 10.98.0.1 10.5.0.0/16 tcp -P out ipsec esp/tunnel/10.99.0.1-10.99.0.2/require;"))
-	got := PolicyRoutes(eng.Policies())
+			"spdadd 10.98.0.1 10.5.0.0/16 tcp -P out ipsec esp/tunnel/10.99.0.1-10.99.0.2/require;\n"+
+			// Routes that would carry the ESP to the peer into the
+			// tunnel: a transport policy to the peer, a prefix holding it.
+			"spdadd 10.99.0.1 10.99.0.2 any -P out ipsec esp/transport//require;\n"+
+			"spdadd 10.98.0.1 10.99.0.0/16 any -P out ipsec esp/tunnel/10.99.0.1-10.99.0.2/require;"))
+	var ends []netip.Addr
+	for _, sa := range eng.SAs() {
+		ends = append(ends, sa.Src.Addr(), sa.Dst.Addr())
+	}
+	got, skipped := PolicyRoutes(eng.Policies(), ends)
+	if want := []netip.Prefix{netip.MustParsePrefix("10.99.0.2/32"), netip.MustParsePrefix("10.99.0.0/16")}; !slices.Equal(skipped, want) {
+		t.Errorf("skipped %v, want %v", skipped, want)
+	}
 	want := []netip.Prefix{netip.MustParsePrefix("10.5.0.0/16"), netip.MustParsePrefix("10.98.0.2/32")}
 	if len(got) != len(want) {
 		t.Fatalf("routes %v, want %v", got, want)

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net/netip"
 	"os"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -180,7 +181,7 @@ func Start(ctx context.Context, eng *ipsec.Engine, cfg Config) (*Gateway, error)
 		return nil, err
 	}
 	name, _ := t.Name()
-	if err := netio.ConfigureInterface(name, cfg.Addrs, Routes(cfg, eng.Policies())); err != nil {
+	if err := netio.ConfigureInterface(name, cfg.Addrs, Routes(cfg, eng)); err != nil {
 		o.Close()
 		t.Close()
 		return nil, err
@@ -189,30 +190,45 @@ func Start(ctx context.Context, eng *ipsec.Engine, cfg Config) (*Gateway, error)
 }
 
 // Routes returns the prefixes Start routes into the TUN: cfg.Routes
-// (ipsec_routes) if set, else PolicyRoutes(pols).
-func Routes(cfg Config, pols []spd.Policy) []netip.Prefix {
+// (ipsec_routes) if set, else the routes of PolicyRoutes for eng's policies
+// and SAs.
+func Routes(cfg Config, eng *ipsec.Engine) []netip.Prefix {
 	if len(cfg.Routes) > 0 {
 		return cfg.Routes
 	}
-	return PolicyRoutes(pols)
+	var ends []netip.Addr
+	for _, sa := range eng.SAs() {
+		ends = append(ends, sa.Src.Addr().Unmap(), sa.Dst.Addr().Unmap())
+	}
+	routes, _ := PolicyRoutes(eng.Policies(), ends)
+	return routes
 }
 
 // PolicyRoutes returns the destination prefixes of the outbound ipsec
-// policies, deduplicated, skipping any-address selectors.
-func PolicyRoutes(pols []spd.Policy) []netip.Prefix {
-	var out []netip.Prefix
+// policies in pols, deduplicated, skipping any-address selectors.
+// Prefixes that hold one of the SA endpoints ends (a peer's outer address,
+// or the local one) are returned in skipped instead: routed into the TUN,
+// the gateway's own ESP to that peer would enter the tunnel again (a
+// transport-mode policy to the peer, say). ipsec_routes can still route
+// them.
+func PolicyRoutes(pols []spd.Policy, ends []netip.Addr) (routes, skipped []netip.Prefix) {
 	seen := map[netip.Prefix]bool{}
 	for _, p := range pols {
 		if p.Dir != spd.DirOut || p.Action != spd.IPsec || !p.Sel.Dst.IsValid() || p.Sel.Dst.Bits() == 0 {
 			continue
 		}
 		d := p.Sel.Dst.Masked()
-		if !seen[d] {
-			seen[d] = true
-			out = append(out, d)
+		if seen[d] {
+			continue
+		}
+		seen[d] = true
+		if slices.ContainsFunc(ends, d.Contains) {
+			skipped = append(skipped, d)
+		} else {
+			routes = append(routes, d)
 		}
 	}
-	return out
+	return routes, skipped
 }
 
 // New starts a gateway on already open I/O (real or netio/netiotest fakes).

@@ -8,6 +8,7 @@ import (
 
 	"github.com/keelinit/keel/ipsec/dataplane"
 	"github.com/keelinit/keel/ipsec/setkey"
+	"github.com/keelinit/keel/ipsec/spd"
 )
 
 // A gateway serves every peer its SAs name; ipsec_peer is optional. When it
@@ -21,22 +22,41 @@ func checkPeer(gw dataplane.Config, cfg *setkey.Config, file string) error {
 	if !gw.Peer.IsValid() {
 		return nil
 	}
-	var named []netip.Addr
+	ends := sadEndpoints(cfg)
+	if slices.Contains(ends, gw.Peer.Unmap()) {
+		return nil
+	}
+	named := slices.DeleteFunc(ends, func(a netip.Addr) bool { return a == gw.Local.Unmap() })
+	return fmt.Errorf("rc.conf: ipsec_peer=%q: no SA in %s has it as an endpoint (the SAs' peers: %v); set it to one of them or leave it empty",
+		gw.Peer, file, named)
+}
+
+// sadEndpoints returns the addresses the SAs of cfg (its add statements)
+// name as source or destination.
+func sadEndpoints(cfg *setkey.Config) []netip.Addr {
+	var out []netip.Addr
 	for _, op := range cfg.Ops {
 		if op.Kind != setkey.OpAdd || op.SA == nil {
 			continue
 		}
-		for _, a := range []netip.Addr{op.SA.Src.Addr(), op.SA.Dst.Addr()} {
-			if a == gw.Peer {
-				return nil
-			}
-			if a != gw.Local && !slices.Contains(named, a) {
-				named = append(named, a)
+		for _, a := range []netip.Addr{op.SA.Src.Addr().Unmap(), op.SA.Dst.Addr().Unmap()} {
+			if !slices.Contains(out, a) {
+				out = append(out, a)
 			}
 		}
 	}
-	return fmt.Errorf("rc.conf: ipsec_peer=%q: no SA in %s has it as an endpoint (the SAs' peers: %v); set it to one of them or leave it empty",
-		gw.Peer, file, named)
+	return out
+}
+
+// policyRoutes returns the routes of the policies pols
+// (dataplane.PolicyRoutes, with the SA endpoints ends) and logs the
+// prefixes it does not route because they hold an SA endpoint.
+func policyRoutes(pols []spd.Policy, ends []netip.Addr, log *slog.Logger) []netip.Prefix {
+	routes, skipped := dataplane.PolicyRoutes(pols, ends)
+	for _, p := range skipped {
+		log.Warn(fmt.Sprintf("not routing %s into the tunnel: it holds an SA endpoint, so the ESP itself would enter the tunnel (set ipsec_routes to route it anyway)", p))
+	}
+	return routes
 }
 
 // pruneRoutes removes the routes into the gateway interface name that were

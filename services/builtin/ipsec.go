@@ -200,15 +200,18 @@ func (s *ipsecService) Start(ctx context.Context, env services.BuiltinEnv) error
 		return err
 	}
 	var gw *dataplane.Gateway
+	start := gwCfg
 	if tun {
-		if gw, err = s.startGateway(ctx, eng, gwCfg, env.Log); err != nil {
+		if len(start.Routes) == 0 {
+			start.Routes = policyRoutes(eng.Policies(), sadEndpoints(cfg), env.Log)
+		}
+		if gw, err = s.startGateway(ctx, eng, start, env.Log); err != nil {
 			_ = eng.Close(context.WithoutCancel(ctx))
 			return err
 		}
 	}
 	s.mu.Lock()
-	s.eng, s.src, s.gw, s.gwCfg = eng, file, gw, gwCfg
-	s.gwRoutes = dataplane.Routes(gwCfg, eng.Policies())
+	s.eng, s.src, s.gw, s.gwCfg, s.gwRoutes = eng, file, gw, gwCfg, start.Routes
 	s.mu.Unlock()
 	sas := eng.SAs()
 	env.Log.Info(fmt.Sprintf("engine up from %s: %d SA(s), %d policies", file, len(sas), len(eng.Policies())))
@@ -314,12 +317,13 @@ func (s *ipsecService) Reload(ctx context.Context, env services.BuiltinEnv) erro
 	s.mu.RUnlock()
 	keep := old != nil && tun && reflect.DeepEqual(oldCfg, gwCfg) && !stopped(old)
 	var want []netip.Prefix // the kept gateway's routes under the new policies
+	ends := sadEndpoints(cfg)
 	err = eng.ApplyThen(ctx, cfg, func(pols []spd.Policy) error {
 		if !keep {
-			return s.replaceGateway(ctx, eng, old, oldCfg, gwCfg, tun, pols, env.Log)
+			return s.replaceGateway(ctx, eng, old, oldCfg, gwCfg, tun, pols, ends, env.Log)
 		}
 		if len(gwCfg.Routes) == 0 {
-			if want = dataplane.PolicyRoutes(pols); len(want) > 0 {
+			if want = policyRoutes(pols, ends, env.Log); len(want) > 0 {
 				if err := s.setRoutes(old.Status().Interface, want); err != nil {
 					return fmt.Errorf("ipsec_tun %s: routes: %w", gwCfg.TUN, err)
 				}
@@ -353,13 +357,17 @@ func (s *ipsecService) Reload(ctx context.Context, env services.BuiltinEnv) erro
 var errGatewayLost = errors.New("no gateway runs")
 
 // replaceGateway stops the gateway old (nil: none) and starts one with
-// cfg (none when tun is false) routing the policies pols, which the engine
+// cfg (none when tun is false) routing the policies pols (SA endpoints
+// ends, see policyRoutes), which the engine
 // is about to install (they are not installed yet: the routes are given
 // explicitly). If the new gateway fails to start, old's configuration
-// oldCfg is started again on the engine's current policies and the start
+// oldCfg is started again with the routes it had and the start
 // error is returned; if that fails too, the error wraps errGatewayLost.
 func (s *ipsecService) replaceGateway(ctx context.Context, eng *ipsec.Engine, old *dataplane.Gateway, oldCfg, cfg dataplane.Config,
-	tun bool, pols []spd.Policy, log *slog.Logger) error {
+	tun bool, pols []spd.Policy, ends []netip.Addr, log *slog.Logger) error {
+	s.mu.RLock()
+	oldRoutes := s.gwRoutes
+	s.mu.RUnlock()
 	if old != nil {
 		s.mu.Lock()
 		s.gw = nil
@@ -375,7 +383,7 @@ func (s *ipsecService) replaceGateway(ctx context.Context, eng *ipsec.Engine, ol
 	}
 	start := cfg
 	if len(start.Routes) == 0 {
-		start.Routes = dataplane.PolicyRoutes(pols)
+		start.Routes = policyRoutes(pols, ends, log)
 	}
 	gw, err := s.startGateway(ctx, eng, start, log)
 	if err == nil {
@@ -388,12 +396,16 @@ func (s *ipsecService) replaceGateway(ctx context.Context, eng *ipsec.Engine, ol
 		return err
 	}
 	log.Error(fmt.Sprintf("reload: %v; starting the previous gateway again", err))
-	prev, perr := s.startGateway(context.WithoutCancel(ctx), eng, oldCfg, log)
+	again := oldCfg
+	if len(again.Routes) == 0 {
+		again.Routes = oldRoutes // those of the policies still installed
+	}
+	prev, perr := s.startGateway(context.WithoutCancel(ctx), eng, again, log)
 	if perr != nil {
 		return fmt.Errorf("%w; the previous gateway: %w (%w)", err, perr, errGatewayLost)
 	}
 	s.mu.Lock()
-	s.gw, s.gwCfg, s.gwRoutes = prev, oldCfg, dataplane.Routes(oldCfg, eng.Policies())
+	s.gw, s.gwCfg, s.gwRoutes = prev, oldCfg, again.Routes
 	s.mu.Unlock()
 	return err
 }
