@@ -2,6 +2,7 @@ package dataplane
 
 import (
 	"bytes"
+	"context"
 	"encoding/binary"
 	"fmt"
 	"net/netip"
@@ -9,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/keelinit/keel/ipsec/setkey"
 	"github.com/keelinit/keel/netio"
 	"github.com/keelinit/keel/netio/netiotest"
 )
@@ -199,4 +201,56 @@ func testManyPeers(t *testing.T, encap Encap, pols int) {
 	if st := hub.Status(); st.Peers[0].InDrops != 0 || st.Peers[2].InDrops != 0 || st.In.Drops["no-sa"] != 1 {
 		t.Fatalf("after a bad SPI from peer 1: peers %+v, drops %v", st.Peers, st.In.Drops)
 	}
+}
+
+// TestRefreshPeers: after an Apply that adds a peer and one that removes
+// it, Refresh (racing with traffic) counts the new peer, keeps the counters
+// of the peer that stays, and forgets the removed one.
+func TestRefreshPeers(t *testing.T) {
+	net := netiotest.NewNetwork()
+	hubTun := netiotest.NewTUN("hub0", 1400)
+	eng := newEngine(t, hubConfig("esp-udp", 1, 1, true, 0))
+	hub, err := New(eng, hubTun, net.Attach(netip.AddrPortFrom(hubOuter, 4500), netio.KindUDP), Config{TUN: "hub0", Local: hubOuter})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { hub.Close() })
+	peer0 := netip.AddrPortFrom(spokeOuter(0), 4500)
+	net.Attach(peer0, netio.KindUDP) // no gateway behind it: the hub only sends
+	send := func(n int) {
+		for i := 0; i < n; i++ {
+			hubTun.Outbound <- udp4(hubInner, spokeInner(0, 0), []byte("x"))
+		}
+	}
+	peers := func() map[netip.AddrPort]uint64 {
+		m := map[netip.AddrPort]uint64{}
+		for _, p := range hub.Status().Peers {
+			m[p.Addr] = p.OutPackets
+		}
+		return m
+	}
+	send(10)
+	eventually(t, "10 packets to peer 0", func() bool { return peers()[peer0] == 10 })
+	apply := func(conf string) {
+		t.Helper()
+		cfg, err := setkey.Parse("test.conf", strings.NewReader(conf))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := eng.Apply(context.Background(), cfg); err != nil {
+			t.Fatal(err)
+		}
+		done := make(chan struct{})
+		go func() { send(50); close(done) }()
+		hub.Refresh()
+		<-done
+	}
+	apply(hubConfig("esp-udp", 2, 1, true, 0))
+	peer1 := netip.AddrPortFrom(spokeOuter(1), 4500)
+	eventually(t, "peer 0 keeps counting, peer 1 appears", func() bool { p := peers(); return p[peer0] == 60 && len(p) == 2 })
+	if p := peers(); p[peer1] != 0 {
+		t.Fatalf("peers %v", p)
+	}
+	apply(hubConfig("esp-udp", 1, 1, true, 0))
+	eventually(t, "peer 1 forgotten", func() bool { p := peers(); return p[peer0] == 110 && len(p) == 1 })
 }
