@@ -510,11 +510,14 @@ func (g *Gateway) inbound(r netio.Receiver) {
 func (g *Gateway) forwardIn(batch []*ipsec.Packet, wbufs [][]byte, c *batchCounters) ([][]byte, bool) {
 	g.eng.Inbound(batch)
 	peers := g.peers.Load()
-	var run peerRun
+	var (
+		run  peerRun
+		last spiCache
+	)
 	wbufs = wbufs[:0]
 	var bytes uint64
 	for _, p := range batch {
-		run.switchTo(peers.inPeer(p), false)
+		run.switchTo(peers.inPeer(p, &last), false)
 		switch p.Verdict {
 		case ipsec.VerdictForward:
 			w := p.Front(netio.TUNOffset)

@@ -98,11 +98,23 @@ func (g *Gateway) Refresh() {
 	g.peers.Store(t)
 }
 
+// spiCache remembers the last SPI inPeer found, so that a run of packets
+// of one SA costs one map lookup.
+type spiCache struct {
+	spi uint32 // 0: empty (no SA has SPI 0)
+	c   *peerCounters
+}
+
 // inPeer returns the counters inbound packet p (after the engine) counts
-// against, or nil.
-func (t *peerTable) inPeer(p *ipsec.Packet) *peerCounters {
+// against, or nil: the peer of its SA, else the first peer at its outer
+// source address.
+func (t *peerTable) inPeer(p *ipsec.Packet, k *spiCache) *peerCounters {
 	if p.SPI != 0 {
+		if p.SPI == k.spi {
+			return k.c
+		}
 		if c := t.bySPI[p.SPI]; c != nil {
+			k.spi, k.c = p.SPI, c
 			return c
 		}
 	}
