@@ -87,7 +87,10 @@ func newHubTopo(t *testing.T, encap string) *hubTopo {
 	tp.more = append(tp.more, h.hub)
 	tp.run("ip", "netns", "add", h.hub.ns)
 	tp.run("ip", "-n", h.hub.ns, "link", "set", "lo", "up")
-	tp.run("ip", "-n", h.hub.ns, "link", "add", "br0", "type", "bridge")
+	// Without multicast snooping: a snooping bridge joins 224.0.0.106
+	// (RFC 4286) and its IGMP reports would be the only non-ESP traffic
+	// on the veths.
+	tp.run("ip", "-n", h.hub.ns, "link", "add", "br0", "type", "bridge", "mcast_snooping", "0")
 	tp.run("ip", "-n", h.hub.ns, "addr", "add", hubOuter+"/24", "dev", "br0")
 	tp.run("ip", "-n", h.hub.ns, "link", "set", "br0", "up")
 	tp.noUDPGSO(h.hub, "br0")
