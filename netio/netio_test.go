@@ -164,25 +164,14 @@ func ip4udp(src, dst netip.Addr, dport uint16, payload []byte) []byte {
 }
 
 func TestTUNAndConfigureInterface(t *testing.T) {
-	if _, err := os.Stat("/dev/net/tun"); err != nil {
-		testenv.Missing(t, "no /dev/net/tun")
-	}
-	var failure string
-	inNetns(t, func() {
-		fail := func(s string, err error) { failure = s + ": " + err.Error(); runtime.Goexit() }
-		tun, err := OpenTUN("ktest0", 1400)
-		if err != nil {
-			fail("OpenTUN", err)
-		}
-		defer tun.Close()
+	inTUNNetns(t, "ktest0", func(tun TUN, fail func(string, error)) string {
 		local := netip.MustParseAddr("10.77.0.1")
 		if err := ConfigureInterface("ktest0", []netip.Prefix{netip.PrefixFrom(local, 24)},
 			[]netip.Prefix{netip.MustParsePrefix("10.78.0.0/16")}); err != nil {
 			fail("ConfigureInterface", err)
 		}
 		if mtu, err := tun.MTU(); err != nil || mtu != 1400 {
-			failure = "MTU not 1400"
-			return
+			return "MTU not 1400"
 		}
 		// Kernel -> TUN: a datagram routed into 10.78/16 is read from the TUN.
 		c, err := net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4(10, 77, 0, 1)})
@@ -202,7 +191,7 @@ func TestTUNAndConfigureInterface(t *testing.T) {
 			p := bufs[0][:sizes[0]]
 			if n >= 1 && len(p) >= 28 && p[0]>>4 == 4 && p[9] == 17 && netip.AddrFrom4([4]byte(p[16:20])) == netip.MustParseAddr("10.78.0.5") {
 				if string(p[28:]) != "to the tunnel" {
-					failure = "payload mismatch"
+					return "payload mismatch"
 				}
 				break
 			}
@@ -223,12 +212,10 @@ func TestTUNAndConfigureInterface(t *testing.T) {
 			fail("read from tun", err)
 		}
 		if string(b[:n]) != "from the tunnel" || !from.IP.Equal(net.IPv4(10, 78, 0, 5)) {
-			failure = "delivered packet mismatch"
+			return "delivered packet mismatch"
 		}
+		return ""
 	})
-	if failure != "" {
-		t.Fatal(failure)
-	}
 }
 
 func TestRawESP(t *testing.T) {
@@ -280,17 +267,7 @@ func TestRawESP(t *testing.T) {
 // after RemoveRoutes (the kernel has no route to them: connect fails),
 // others stay, and removing a route that is not there is no error.
 func TestRemoveRoutes(t *testing.T) {
-	if _, err := os.Stat("/dev/net/tun"); err != nil {
-		testenv.Missing(t, "no /dev/net/tun")
-	}
-	var failure string
-	inNetns(t, func() {
-		fail := func(s string, err error) { failure = s + ": " + err.Error(); runtime.Goexit() }
-		tun, err := OpenTUN("ktest1", 1400)
-		if err != nil {
-			fail("OpenTUN", err)
-		}
-		defer tun.Close()
+	inTUNNetns(t, "ktest1", func(_ TUN, fail func(string, error)) string {
 		keep, drop := netip.MustParsePrefix("10.79.1.0/24"), netip.MustParsePrefix("10.78.0.0/16")
 		if err := ConfigureInterface("ktest1", []netip.Prefix{netip.MustParsePrefix("10.77.0.1/24")}, []netip.Prefix{keep, drop}); err != nil {
 			fail("ConfigureInterface", err)
@@ -303,20 +280,41 @@ func TestRemoveRoutes(t *testing.T) {
 			return err == nil
 		}
 		if !routed("10.78.0.5") || !routed("10.79.1.5") {
-			failure = "routes not installed"
-			return
+			return "routes not installed"
 		}
 		if err := RemoveRoutes("ktest1", []netip.Prefix{drop, netip.MustParsePrefix("10.80.0.0/16")}); err != nil {
 			fail("RemoveRoutes", err)
 		}
 		if routed("10.78.0.5") {
-			failure = "10.78.0.0/16 still routed after RemoveRoutes"
-		} else if !routed("10.79.1.5") {
-			failure = "10.79.1.0/24 removed too"
+			return "10.78.0.0/16 still routed after RemoveRoutes"
+		}
+		if !routed("10.79.1.5") {
+			return "10.79.1.0/24 removed too"
 		}
 		if err := RemoveRoutes("nosuchif0", []netip.Prefix{drop}); err == nil || !strings.Contains(err.Error(), "nosuchif0") {
-			failure = fmt.Sprintf("RemoveRoutes on a missing interface: %v", err)
+			return fmt.Sprintf("RemoveRoutes on a missing interface: %v", err)
 		}
+		return ""
+	})
+}
+
+// inTUNNetns runs f in a fresh network namespace (inNetns) with the TUN
+// name open (MTU 1400). f fails the test by returning a failure's text or
+// by calling fail, which ends f.
+func inTUNNetns(t *testing.T, name string, f func(tun TUN, fail func(string, error)) string) {
+	t.Helper()
+	if _, err := os.Stat("/dev/net/tun"); err != nil {
+		testenv.Missing(t, "no /dev/net/tun")
+	}
+	var failure string
+	inNetns(t, func() {
+		fail := func(s string, err error) { failure = s + ": " + err.Error(); runtime.Goexit() }
+		tun, err := OpenTUN(name, 1400)
+		if err != nil {
+			fail("OpenTUN", err)
+		}
+		defer tun.Close()
+		failure = f(tun, fail)
 	})
 	if failure != "" {
 		t.Fatal(failure)
