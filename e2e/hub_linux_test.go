@@ -28,6 +28,7 @@ import (
 // keel0), each with its own policy and SA pair (unique:N).
 const (
 	hubOuter, hubInner = "10.99.0.1", "10.98.0.1"
+	hubInnerNet        = "10.98.0.0/24" // the hub's side of every policy
 	hubPeers, hubPols  = 3, 2
 	// hubTCP bytes go to every inner network, with hubPings pings.
 	hubTCP, hubPings = 1 << 20, 5
@@ -151,7 +152,7 @@ func (h *hubTopo) conf(peer int) string {
 		if (peer < 0) != sa.out {
 			dir = "in"
 		}
-		src, dst := hubInner[:strings.LastIndexByte(hubInner, '.')]+".0/24", sa.net().String()
+		src, dst := hubInnerNet, sa.net().String()
 		if !sa.out {
 			src, dst = dst, src
 		}
