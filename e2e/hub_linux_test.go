@@ -7,6 +7,7 @@ import (
 	"net/netip"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
@@ -190,7 +191,8 @@ ipsec_udp_gso="%s"
 // peer's four SPIs; every packet decrypts (tshark, esp.icv_good; x/crypto
 // for ChaCha20-Poly1305, which tshark 4.0 lacks) to inner traffic of the
 // policy its SPI belongs to; no gateway drops anything (no policy-mismatch);
-// the hub counts each peer's traffic.
+// the hub counts each peer's traffic. A reload without one policy removes
+// its route from the kernel and keeps the others.
 func TestManyPeers(t *testing.T) {
 	for _, encap := range []string{"udp", "esp"} {
 		t.Run(encap, func(t *testing.T) { testManyPeers(t, encap) })
@@ -297,6 +299,39 @@ func testManyPeers(t *testing.T, encap string) {
 			t.Errorf("keelctl ipsec if lacks peer %s:\n%s", want, table)
 		}
 	}
+	h.checkReloadRoutes()
+}
+
+// checkReloadRoutes reloads the hub without peer 3's second policy (and its
+// SAs): the kernel's route of that policy into keel0 is gone, the others
+// stay, and traffic to peer 3's first network still flows.
+func (h *hubTopo) checkReloadRoutes() {
+	t := h.t
+	t.Helper()
+	gone := hubNet(hubPeers-1, 1)
+	kept := h.sas[:0:0]
+	for _, sa := range h.sas {
+		if sa.net() != gone {
+			kept = append(kept, sa)
+		}
+	}
+	h.sas = kept
+	if err := os.WriteFile(filepath.Join(h.dir, "root"+h.hub.name, "etc", "ipsec.conf"), []byte(h.conf(-1)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	h.keelctl(h.hub, "reload")
+	routes := h.in(h.hub, "ip", "route", "show", "dev", "keel0")
+	if strings.Contains(routes, gone.String()) {
+		t.Errorf("after the reload, the removed policy's route %s is still there:\n%s", gone, routes)
+	}
+	for i := 0; i < hubPeers; i++ {
+		for j := 0; j < hubPols; j++ {
+			if n := hubNet(i, j); n != gone && !strings.Contains(routes, n.String()) {
+				t.Errorf("after the reload, route %s is missing:\n%s", n, routes)
+			}
+		}
+	}
+	h.in(h.hub, "ping", "-c", "2", "-i", "0.2", "-w", "10", hubAddr(hubPeers-1, 0))
 }
 
 // checkPeerCapture checks the capture on the hub's veth to peer i: only
