@@ -299,7 +299,7 @@ func (k *kldService) Start(ctx context.Context, env services.BuiltinEnv) error {
 	var errs []error
 	list := strings.Fields(env.Config.Get("kld_list"))
 	for _, name := range list {
-		name = strings.TrimSuffix(name[strings.LastIndexByte(name, '/')+1:], ".ko")
+		name = kmodName(name)
 		already := k.sys.loader.IsLoaded(name)
 		if err := loadOne(k.sys.modCtx(ctx), k.sys, env.Log, name); err != nil {
 			if ctx.Err() != nil {
