@@ -61,6 +61,7 @@ func (g *pktgenService) Start(ctx context.Context, env services.BuiltinEnv) erro
 	if eng == nil || fw == nil {
 		return errors.New("pktgen needs the ipsec service running")
 	}
+	env.Root = g.sys.ipsTx.runningRoot(env) // the SAs the engine runs
 	cfg, _, err := readConfig(env)
 	if err != nil {
 		return err

@@ -2,7 +2,9 @@ package builtin
 
 import (
 	"errors"
+	"os"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"testing/fstest"
@@ -71,6 +73,94 @@ func TestReloadInvalidChangesNothing(t *testing.T) {
 	delete(b.root, "etc/rc.d/cleanvar")
 	b.root["etc/rc.d/cleanvar"] = appliance(t, "")["etc/rc.d/cleanvar"]
 	if res, err = b.m.Reload(b.ctx); err != nil {
+		t.Fatalf("good reload: %v %+v", err, res)
+	}
+	if got := spis(b); len(got) != len(wantSPIs)+1 {
+		t.Errorf("SAs after the good reload: %x", got)
+	}
+	b.checkActive("after the good reload")
+}
+
+// webService is an rc.d daemon ordered after ipsec that starts only when
+// web_dir exists (it writes its pidfile, its readiness, after checking):
+// a failure that no check can see before the reload applies it.
+func webService(rt string) []byte {
+	return []byte(`# PROVIDE: web
+# REQUIRE: ipsec
+
+name="web"
+type="daemon"
+command="/bin/sh"
+command_args="-c 'test -d ${web_dir} || exit 3; echo \$\$ > ` + rt + `/web.pid; exec sleep 60'"
+pidfile="` + rt + `/web.pid"
+start_timeout="5s"
+`)
+}
+
+// TestReloadRollbackUndoesIPsec: a reload changes ipsec.conf (ipsec
+// reloads in place, pktgen restarts) and web_dir, and web, after ipsec,
+// cannot start. The reload rolls back everything: ipsec runs its previous
+// SAs again although the file on disk holds the new ones, web runs on
+// its previous directory, and pktgen, restarted on the SAs the engine
+// runs, carries traffic through them.
+func TestReloadRollbackUndoesIPsec(t *testing.T) {
+	b := newTestbed(t, "syslogd_enable=NO\n", 2*time.Millisecond, nil)
+	if err := b.m.Boot(b.ctx); err != nil {
+		t.Fatal(err)
+	}
+	// A first reload adds web.
+	dir := t.TempDir()
+	b.root["etc/rc.d/web"] = &fstest.MapFile{Data: webService(b.rt)}
+	b.root["etc/rc.conf.local"] = &fstest.MapFile{Data: []byte("syslogd_enable=NO\nweb_dir=" + dir + "\n")}
+	if res, err := b.m.Reload(b.ctx); err != nil || !reflect.DeepEqual(res.Started, []string{"web"}) {
+		t.Fatalf("adding web: %v %+v", err, res)
+	}
+	b.checkActive("with web")
+	webPID := b.status("web").PID
+	wantSPIs := spis(b)
+	wantPols := b.sys.Engine().Policies()
+
+	// The new ipsec.conf re-keys 0x1001 (a pktgen that mirrored the file
+	// on disk instead of the SAs the engine runs could not decrypt) and
+	// adds 0x3001.
+	conf := string(b.root["etc/ipsec.conf"].Data)
+	rekeyed := strings.Replace(conf, "0x6b65656c2d64656d6f2d6b65792d30316b65656c", "0x00112233445566778899aabbccddeeff01020304", 1)
+	if rekeyed == conf {
+		t.Fatal("the appliance's SA 0x1001 has another key: update the test")
+	}
+	b.root["etc/ipsec.conf"] = &fstest.MapFile{Data: []byte(rekeyed + newSA3001)}
+	b.root["etc/rc.conf.local"] = &fstest.MapFile{Data: []byte("syslogd_enable=NO\nweb_dir=" + dir + "/gone\n")}
+	res, err := b.m.Reload(b.ctx)
+	if !errors.Is(err, services.ErrRolledBack) || !strings.Contains(err.Error(), "web: ") {
+		t.Fatalf("reload: %v, want web's failure and ErrRolledBack", err)
+	}
+	if !slices.Contains(res.RolledBack, "web") || !slices.Contains(res.RolledBack, "pktgen") {
+		t.Errorf("rolled back %v, want web and pktgen", res.RolledBack)
+	}
+	if got := spis(b); !reflect.DeepEqual(got, wantSPIs) {
+		t.Errorf("SAs after the rollback %x, want the previous %x", got, wantSPIs)
+	}
+	if got := b.sys.Engine().Policies(); !reflect.DeepEqual(got, wantPols) {
+		t.Errorf("policies after the rollback: %v", got)
+	}
+	b.checkActive("after the rollback")
+	if st := b.status("web"); st.PID == 0 || st.PID == webPID {
+		t.Errorf("web: pid %d (was %d), want it started again on its previous directory", st.PID, webPID)
+	}
+	d, _ := b.m.Detail("web", 1)
+	if d.Settings["web_dir"] != dir {
+		t.Errorf("web runs with web_dir %q, want %q", d.Settings["web_dir"], dir)
+	}
+	delivered := b.sys.pg.delivered.Load()
+	if !poll(5*time.Second, func() bool { return b.sys.pg.delivered.Load() > delivered+10 }) {
+		t.Error("pktgen delivers nothing after the rollback")
+	}
+
+	// The directory exists: the same reload applies, 0x3001 included.
+	if err := os.Mkdir(dir+"/gone", 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if res, err := b.m.Reload(b.ctx); err != nil {
 		t.Fatalf("good reload: %v %+v", err, res)
 	}
 	if got := spis(b); len(got) != len(wantSPIs)+1 {
