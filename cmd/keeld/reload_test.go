@@ -52,6 +52,37 @@ func TestReloadRollsBack(t *testing.T) {
 			t.Fatalf("%s: %s %s", n, before[n].State, before[n].Reason)
 		}
 	}
+	// Issue 14's reproduction first: a typo in ipsec.conf (and one in
+	// rc.conf) used to stop pktgen and leave it failed. The reload is
+	// refused, names both, and nothing restarts.
+	conf := filepath.Join(root, "etc/ipsec.conf")
+	good := mustRead(t, conf)
+	if err := os.WriteFile(conf, []byte(strings.Replace(good, "-m tunnel", "-m tunel", 1)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	appendFile(t, filepath.Join(root, "etc/rc.conf"), "pktgen_size=9000\n")
+	out, errs, code := d.keelctl(nil, "reload")
+	if code == 0 {
+		t.Fatalf("reload with a typo in ipsec.conf exited 0:\n%s", out)
+	}
+	for _, want := range []string{"configuration invalid, nothing changed", conf + ":9:", root + "/etc/rc.conf:", "pktgen_size: want 64..1500"} {
+		if !strings.Contains(errs, want) {
+			t.Errorf("keelctl reload's error lacks %q:\n%s", want, errs)
+		}
+	}
+	for n, s := range d.status() {
+		if s.State != before[n].State || s.PID != before[n].PID || !s.Since.Equal(before[n].Since) {
+			t.Errorf("the refused reload changed %s: %s %q", n, s.State, s.Reason)
+		}
+	}
+	if err := os.WriteFile(conf, []byte(good), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	rc := mustRead(t, filepath.Join(root, "etc/rc.conf"))
+	if err := os.WriteFile(filepath.Join(root, "etc/rc.conf"), []byte(strings.TrimSuffix(rc, "pktgen_size=9000\n")), 0o644); err != nil {
+		t.Fatal(err)
+	}
+
 	sock := filepath.Join(d.rt, "log.sock")
 	if _, err := os.Stat(sock); err != nil {
 		t.Fatalf("syslogd's socket: %v", err)
@@ -61,7 +92,7 @@ func TestReloadRollsBack(t *testing.T) {
 	if err := os.WriteFile(local, []byte("kld_list=\"cryptosoft aesni\"\nsyslogd_socket=\""+missing+"/log.sock\"\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	out, errs, code := d.keelctl(nil, "reload")
+	out, errs, code = d.keelctl(nil, "reload")
 	if code == 0 {
 		t.Fatalf("reload that cannot start syslogd exited 0:\n%s", out)
 	}
