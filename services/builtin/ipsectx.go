@@ -36,15 +36,14 @@ type ipsecTx struct {
 
 // Start starts the service and keeps the file it started from.
 func (t *ipsecTx) Start(ctx context.Context, env services.BuiltinEnv) error {
-	rec, renv := recording(env)
-	if err := t.ipsecService.Start(ctx, renv); err != nil {
-		rec.zero()
+	data, err := recorded(ctx, env, t.ipsecService.Start)
+	if err != nil {
 		return err
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	clear(t.cur)
-	t.cur, t.curEnv = rec.take(), env
+	t.cur, t.curEnv = data, env
 	t.dropPrevLocked()
 	return nil
 }
@@ -52,9 +51,8 @@ func (t *ipsecTx) Start(ctx context.Context, env services.BuiltinEnv) error {
 // Reload reloads in place (ipsecService.Reload, all or nothing by itself)
 // and, when it applied, keeps what ran before for Undo.
 func (t *ipsecTx) Reload(ctx context.Context, env services.BuiltinEnv) error {
-	rec, renv := recording(env)
-	if err := t.ipsecService.Reload(ctx, renv); err != nil {
-		rec.zero()
+	data, err := recorded(ctx, env, t.ipsecService.Reload)
+	if err != nil {
 		return err
 	}
 	t.mu.Lock()
@@ -62,8 +60,19 @@ func (t *ipsecTx) Reload(ctx context.Context, env services.BuiltinEnv) error {
 	t.dropPrevLocked()
 	prevEnv := t.curEnv
 	t.prev, t.prevEnv = t.cur, &prevEnv
-	t.cur, t.curEnv = rec.take(), env
+	t.cur, t.curEnv = data, env
 	return nil
+}
+
+// recorded runs op (Start or Reload) on env with its ipsec_file recorded
+// and returns the bytes op read, or op's error (and nothing kept).
+func recorded(ctx context.Context, env services.BuiltinEnv, op func(context.Context, services.BuiltinEnv) error) ([]byte, error) {
+	rec, renv := recording(env)
+	if err := op(ctx, renv); err != nil {
+		rec.zero()
+		return nil, err
+	}
+	return rec.take(), nil
 }
 
 // Undo reloads the configuration that ran before the last Reload: the
