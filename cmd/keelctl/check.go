@@ -21,7 +21,7 @@ import (
 // keeld. It validates the appliance under --root and exits 1 when the
 // configuration has errors (0 with warnings only).
 func (a *app) checkCommand() command {
-	var root, stateDir string
+	var root, stateDir, record string
 	return command{use: "check", short: "Validate the configuration under --root without keeld (as keeld -n): exit 1 on errors",
 		run: func(*cobra.Command, []string) error {
 			abs, err := filepath.Abs(root)
@@ -32,7 +32,8 @@ func (a *app) checkCommand() command {
 				return fmt.Errorf("root %s: %w", abs, err)
 			}
 			log := slog.New(slog.NewTextHandler(a.errOut, &slog.HandlerOptions{Level: slog.LevelWarn}))
-			rep := builtin.CheckConfig(os.DirFS(abs), abs, abs, services.Seed(keeldPath(), services.DefaultRuntimeDir(), abs, stateDir), log)
+			rep := builtin.CheckConfig(os.DirFS(abs), abs, abs, services.Seed(services.SeedVars{
+				Self: keeldPath(), RuntimeDir: services.DefaultRuntimeDir(), Root: abs, StateDir: stateDir, NonceRecord: record}), log)
 			if err := show(a, rep, func(w io.Writer, r *services.Report) error { return r.Write(w) }); err != nil {
 				return err
 			}
@@ -44,6 +45,7 @@ func (a *app) checkCommand() command {
 		flags: func(c *cobra.Command) {
 			c.Flags().StringVar(&root, "root", "/", "root directory holding etc/")
 			c.Flags().StringVar(&stateDir, "state-dir", "", "keeld's --state-dir, if it is given one")
+			c.Flags().StringVar(&record, "nonce-record", "", "keeld's --nonce-record, if it is given one")
 		}}
 }
 

@@ -18,15 +18,16 @@ import (
 
 // Check parses ipsec_file with the setkey parser and validates the
 // gateway variables (ipsec_tun and the others of dataplane.ConfigFromRC)
-// and ipsec_nonce_ledger, reporting every error found. It opens no
+// and the nonce ledger's (ipsec_nonce_ledger, ipsec_nonce_policy,
+// keel_nonce_record), reporting every error found. It opens no
 // ledger, socket or interface.
 func (s *ipsecService) Check(env services.BuiltinEnv) error {
 	var errs []error
 	if _, _, err := gatewayConfig(env); err != nil {
 		errs = append(errs, locateVar(env.Config, err, dataplaneVars))
 	}
-	if _, err := nonceLedgerPath(env); err != nil {
-		errs = append(errs, locateVar(env.Config, err, []string{ledgerVar}))
+	if _, _, err := ledgerConfig(env); err != nil {
+		errs = append(errs, locateVar(env.Config, err, []string{ledgerVar, policyVar, recordVar}))
 	}
 	cfg, _, err := readConfig(env)
 	var pe *fs.PathError
