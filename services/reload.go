@@ -232,13 +232,16 @@ func (m *Manager) plan(old, newCat *Catalog, res *ReloadResult) (map[string]*cha
 		}
 	}
 	m.mu.RUnlock()
-	// Builtins that require a restarted service restart with it.
+	// Builtins that require a restarted service restart with it
+	// (builtinDependents is transitive), even those whose own change could
+	// have been applied in place: what they hold a reference to stops.
 	for name, c := range changes {
 		if c.reload || !c.wasUp {
 			continue
 		}
 		for _, dep := range m.builtinDependents(old, name) {
-			if _, ok := changes[dep]; ok {
+			if dc, ok := changes[dep]; ok {
+				dc.reload = false
 				continue
 			}
 			if j, ok := newCat.Lookup(dep); ok {

@@ -168,3 +168,34 @@ func TestReloadRollbackUndoesIPsec(t *testing.T) {
 	}
 	b.checkActive("after the good reload")
 }
+
+// TestReloadRestartsDependentsOfRestarted: a reload that changes
+// cryptodev_modules (cryptodev restarts: its framework closes) and
+// ipsec.conf (which ipsec alone would apply in place) restarts ipsec on
+// the new framework instead of reloading it on the closed one, which
+// failed to bind the new SA ("crypto: closed") and left pktgen failed.
+func TestReloadRestartsDependentsOfRestarted(t *testing.T) {
+	b := newTestbed(t, "syslogd_enable=NO\n", 2*time.Millisecond, nil)
+	if err := b.m.Boot(b.ctx); err != nil {
+		t.Fatal(err)
+	}
+	conf := string(b.root["etc/ipsec.conf"].Data)
+	b.root["etc/ipsec.conf"] = &fstest.MapFile{Data: []byte(conf + newSA3001)}
+	b.root["etc/rc.conf.local"] = &fstest.MapFile{Data: []byte("syslogd_enable=NO\ncryptodev_modules=\"cryptosoft aesni\"\n")}
+	res, err := b.m.Reload(b.ctx)
+	if err != nil {
+		t.Fatalf("reload: %v %+v", err, res)
+	}
+	if !slices.Contains(res.Restarted, "ipsec") || slices.Contains(res.Reloaded, "ipsec") {
+		t.Errorf("ipsec not restarted with cryptodev: %+v", res)
+	}
+	b.checkActive("after the reload")
+	if got := spis(b); len(got) != 5 || got[4] != 0x3001 {
+		t.Errorf("SAs %x, want the new 0x3001 too", got)
+	}
+	for _, sa := range b.sys.Engine().SAs() {
+		if sa.Provider == "" {
+			t.Errorf("SA 0x%x bound to no provider", sa.SPI)
+		}
+	}
+}
