@@ -22,6 +22,10 @@ type ReloadResult struct {
 	// RolledBack are the services put back on their previous
 	// configuration after a failure to apply (ErrRolledBack).
 	RolledBack []string `json:"rolled_back,omitempty"`
+	// Warnings are the new configuration's warnings that the running one
+	// did not have (an unknown rc.conf variable...), worded as by Check.
+	// They do not stop a reload.
+	Warnings []string `json:"warnings,omitempty"`
 }
 
 // Errors of Reload, checked with errors.Is.
@@ -105,6 +109,16 @@ func (m *Manager) Reload(ctx context.Context) (ReloadResult, error) {
 		return res, fmt.Errorf("%w: %w", ErrReloadInvalid, err)
 	}
 	old := m.Catalog()
+	had := map[string]bool{}
+	for _, f := range old.notices() {
+		had[f.Text] = true
+	}
+	for _, f := range newCat.notices() {
+		if f.Severity == SeverityWarning && !had[f.Text] {
+			res.Warnings = append(res.Warnings, f.Text)
+			m.log.Warn(f.Text)
+		}
+	}
 	changes, removed := m.plan(old, newCat, &res)
 	if bad := reloadErrors(m.opts, old, newCat, changes); len(bad) > 0 {
 		for _, f := range bad {

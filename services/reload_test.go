@@ -100,3 +100,29 @@ func quoteLog(s string) string {
 	}})).Info(s)
 	return strings.TrimSuffix(strings.TrimPrefix(b.String(), "msg="), "\n")
 }
+
+// TestReloadWarnsNewNotices: a reload that brings a new warning (an
+// unknown rc.conf variable) applies and returns it, worded as by Check.
+func TestReloadWarnsNewNotices(t *testing.T) {
+	root := writeRoot(t, tree{
+		"etc/rc.conf": "b_enable=YES\n",
+		"etc/rc.d/b":  svc("b", "", "name=b\nrcvar=b_enable\ncommand=/bin/sleep\ncommand_args=30\n"),
+	})
+	m := newManager(t, root, nil)
+	if err := m.Boot(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(root, "etc/rc.conf"), []byte("b_enable=YES\nb_flags=1\nb_enabel=NO\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	res, err := m.Reload(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Warnings) != 1 || !strings.Contains(res.Warnings[0], "etc/rc.conf:3: b_enabel: unknown variable") || !strings.Contains(res.Warnings[0], "did you mean b_enable?") {
+		t.Errorf("warnings %q", res.Warnings)
+	}
+	if len(res.Restarted) != 1 {
+		t.Errorf("a warning stopped the reload: %+v", res)
+	}
+}
