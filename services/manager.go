@@ -448,7 +448,11 @@ func (m *Manager) ReloadService(ctx context.Context, name string) error {
 	case d.Type == TypeBuiltin && b != nil:
 		if _, ok := b.(Reloader); ok {
 			u.logf(slog.LevelInfo, "reload")
-			return u.reload(ctx)
+			err := u.reload(ctx)
+			if un, ok := u.getBuiltin().(Undoer); ok && err == nil {
+				un.Commit() // nothing after it to roll back for
+			}
+			return err
 		}
 	case d.Type == TypeScript:
 		return u.runAux(ctx, d, "reload", append(d.Argv(), "reload"))

@@ -76,7 +76,9 @@ func recorded(ctx context.Context, env services.BuiltinEnv, op func(context.Cont
 }
 
 // Undo reloads the configuration that ran before the last Reload: the
-// previous ipsec_file bytes and rc.conf view.
+// previous ipsec_file bytes and rc.conf view. If that fails, the
+// configuration of the last Reload keeps running (ipsecService.Reload is
+// all or nothing) and the previous one is dropped.
 func (t *ipsecTx) Undo(ctx context.Context) error {
 	t.mu.Lock()
 	prev, penv := t.prev, t.prevEnv
@@ -87,6 +89,7 @@ func (t *ipsecTx) Undo(ctx context.Context) error {
 	env := *penv
 	env.Root = overlay(env, prev)
 	if err := t.ipsecService.Reload(ctx, env); err != nil {
+		t.Commit() // the new configuration keeps running (or none)
 		return fmt.Errorf("ipsec: back to the previous configuration: %w", err)
 	}
 	env.Log.Info("reload undone: the previous configuration runs again")

@@ -1,6 +1,7 @@
 package builtin
 
 import (
+	"bytes"
 	"errors"
 	"os"
 	"reflect"
@@ -198,4 +199,53 @@ func TestReloadRestartsDependentsOfRestarted(t *testing.T) {
 			t.Errorf("SA 0x%x bound to no provider", sa.SPI)
 		}
 	}
+}
+
+// TestIPsecTxZeroesReplacedFiles: the ipsec_file bytes that ipsecTx keeps
+// for an undo are zeroed once nothing can need them: the previous file's
+// when a global reload applied, when a one-service reload applied, and
+// the running one's on stop.
+func TestIPsecTxZeroesReplacedFiles(t *testing.T) {
+	b := newTestbed(t, "syslogd_enable=NO\n", 2*time.Millisecond, nil)
+	if err := b.m.Boot(b.ctx); err != nil {
+		t.Fatal(err)
+	}
+	kept := func() []byte {
+		b.sys.ipsTx.mu.Lock()
+		defer b.sys.ipsTx.mu.Unlock()
+		if b.sys.ipsTx.prev != nil {
+			t.Error("bytes kept for an undo after the reload ended")
+		}
+		return b.sys.ipsTx.cur
+	}
+	zeroed := func(what string, p []byte) {
+		t.Helper()
+		if len(p) == 0 {
+			t.Fatalf("%s: no bytes were kept", what)
+		}
+		if strings.Trim(string(p), "\x00") != "" {
+			t.Errorf("%s: the replaced ipsec_file's bytes (keys) are not zeroed", what)
+		}
+	}
+	first := kept()
+	if !bytes.Contains(first, []byte("0x6b65656c")) {
+		t.Fatalf("ipsecTx keeps %q, want the file with its keys", first)
+	}
+	conf := string(b.root["etc/ipsec.conf"].Data)
+	b.root["etc/ipsec.conf"] = &fstest.MapFile{Data: []byte(conf + newSA3001)}
+	if _, err := b.m.Reload(b.ctx); err != nil {
+		t.Fatal(err)
+	}
+	zeroed("global reload", first)
+	second := kept()
+	b.root["etc/ipsec.conf"] = &fstest.MapFile{Data: []byte(conf)}
+	if err := b.m.ReloadService(b.ctx, "ipsec"); err != nil {
+		t.Fatal(err)
+	}
+	zeroed("keelctl reload ipsec", second)
+	third := kept()
+	if err := b.m.Stop(b.ctx, "ipsec"); err != nil {
+		t.Fatal(err)
+	}
+	zeroed("stop", third)
 }
