@@ -131,9 +131,6 @@ func (m *Manager) Reload(ctx context.Context) (ReloadResult, error) {
 		}
 		return res, fmt.Errorf("%w:\n%s", ErrReloadInvalid, strings.Join(res.Errors, "\n"))
 	}
-	// From here the reload applies, or rolls back, whatever becomes of
-	// the caller (a keelctl that gives up): never half.
-	ctx = context.WithoutCancel(ctx)
 	var ordered []*change
 	for _, i := range newCat.Order {
 		if c, ok := changes[newCat.Defs[i].Name]; ok {
