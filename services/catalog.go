@@ -22,8 +22,9 @@ type Catalog struct {
 	Deps [][]int
 	// Order lists the indices of Defs in rcorder boot order.
 	Order []int
-	// Problems are ordering warnings (missing providers, cycles...).
-	Problems []string
+	// Problems are the ordering problems (unreadable headers, missing
+	// providers, cycles...), as rcorder reports them, located.
+	Problems []Finding
 	// Warnings are configuration warnings that change nothing by
 	// themselves: rc.conf variables that nothing uses.
 	Warnings []string
@@ -81,7 +82,7 @@ func LoadCatalog(root fs.FS, seed map[string]string) (*Catalog, error) {
 	scripts, hdrs, herrs := scanHeaders(root, paths)
 	c := &Catalog{Chain: chain, byName: map[string]int{}}
 	for _, e := range herrs {
-		c.Problems = append(c.Problems, e.Error())
+		c.Problems = append(c.Problems, Finding{Severity: SeverityError, Text: "rcorder: " + e.Error()})
 	}
 	refs := map[string]bool{}
 	for _, h := range hdrs {
@@ -105,13 +106,13 @@ func LoadCatalog(root fs.FS, seed map[string]string) (*Catalog, error) {
 		}
 		if j, dup := c.byName[d.Name]; dup {
 			d = &Definition{Header: h, Name: path.Base(h.Path) + "@" + path.Base(h.Path), Type: TypeOneshot, Enabled: true, Settings: map[string]string{},
-				Err: fmt.Errorf("%s: %w: name %q already used by %s", h.Path, ErrBadService, d.Name, c.Defs[j].Path)}
+				Err: fmt.Errorf("%s: %w: name %q already used by %s", chain.Name(h.Path), ErrBadService, d.Name, chain.Name(c.Defs[j].Path))}
 		}
 		c.byName[d.Name] = len(c.Defs)
 		c.Defs = append(c.Defs, d)
 	}
 	c.Warnings = unknownVars(chain, c.Defs, refs)
-	deps, order, printed, problems := orderGraph(scripts)
+	deps, order, printed, problems := orderGraph(scripts, chain.Name)
 	c.Deps, c.Order = deps, order
 	c.Problems = append(c.Problems, problems...)
 	for i, ok := range printed {
@@ -124,7 +125,7 @@ func LoadCatalog(root fs.FS, seed map[string]string) (*Catalog, error) {
 	for _, i := range BreakCycles(deps) {
 		d := *c.Defs[i]
 		if d.Err == nil {
-			d.Err = fmt.Errorf("%s: dependency cycle", d.Path)
+			d.Err = fmt.Errorf("%s: dependency cycle", chain.Name(d.Path))
 		}
 		c.Defs[i] = &d
 		c.Deps[i] = nil

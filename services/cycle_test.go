@@ -49,7 +49,7 @@ func TestCycleBootFollowsRcorder(t *testing.T) {
 			_ = m.Boot(context.Background())
 			var problems string
 			for _, p := range m.Catalog().Problems {
-				problems += p + "\n"
+				problems += p.Text + "\n"
 			}
 			if !strings.Contains(problems, tt.problem) {
 				t.Errorf("problems do not name the cycle's line (%q):\n%s", tt.problem, problems)

@@ -57,3 +57,15 @@ package services
 // still reaches the service's log lines while it holds the pipe. Such a
 // descendant, having left the process group, is not signalled by stop;
 // when it is orphaned, keeld reaps it (see package childproc).
+//
+// Check (keeld -n, keelctl check) validates a configuration without
+// starting, creating or locking anything, and reports each problem as a
+// Finding, "file:line: ...": the rc.conf chain, every rc.d file, the
+// ordering (rcorder's errors and warnings), unknown rc.conf variables,
+// and, through the Checker interface, the files and variables that each
+// enabled builtin reads itself (ipsec_file, kld_list...). Boot logs the
+// same notices in the same words. Manager.Reload runs the same checks on
+// what changed before it touches anything, and applies all or nothing:
+// an invalid change is refused with every error, and a failure that only
+// applying shows rolls back what the reload had changed (Undoer for a
+// builtin that reloaded in place).

@@ -83,7 +83,7 @@ func New(opts Options) (*Manager, error) {
 	m := &Manager{opts: opts, log: opts.Logger, units: map[string]*unit{}, pids: map[int]*unit{},
 		stopping: make(chan struct{}), booted: make(chan struct{}),
 		notifyWarn: logLimiter{burst: notifyWarnBurst, per: notifyWarnWindow}}
-	cat, err := m.loadCatalog()
+	cat, err := loadCatalog(opts)
 	if err != nil {
 		return nil, err
 	}
@@ -106,8 +106,11 @@ func New(opts Options) (*Manager, error) {
 	return m, nil
 }
 
-func (m *Manager) loadCatalog() (*Catalog, error) {
-	cat, err := LoadCatalog(m.opts.Root, m.opts.Seed)
+// loadCatalog loads the catalog of opts (Root, Seed) with the settings
+// of its builtins (Builtins) added, and a builtin missing from Builtins
+// as the service's error.
+func loadCatalog(opts Options) (*Catalog, error) {
+	cat, err := LoadCatalog(opts.Root, opts.Seed)
 	if err != nil {
 		return nil, err
 	}
@@ -115,21 +118,30 @@ func (m *Manager) loadCatalog() (*Catalog, error) {
 		if d.Type != TypeBuiltin || d.Err != nil {
 			continue
 		}
-		b, ok := m.opts.Builtins[d.Name]
+		b, ok := opts.Builtins[d.Name]
 		if !ok {
 			dd := *d
-			dd.Err = fmt.Errorf("%s: %w %q (have %v)", d.Path, ErrNoBuiltin, d.Name, sortedKeys(m.opts.Builtins))
+			dd.Err = fmt.Errorf("%s: %w %q (have %v)", cat.Chain.Name(d.Path), ErrNoBuiltin, d.Name, sortedKeys(opts.Builtins))
 			cat.Defs[i] = &dd
 			continue
 		}
 		dd := *d
 		dd.Settings = maps.Clone(d.Settings)
-		for k, v := range b.Settings(BuiltinEnv{Name: d.Name, Config: d.Config, Root: m.opts.Root, Log: m.log}) {
+		for k, v := range b.Settings(builtinEnv(opts, d)) {
 			dd.Settings[k] = v
 		}
 		cat.Defs[i] = &dd
 	}
 	return cat, nil
+}
+
+// builtinEnv is the BuiltinEnv of the builtin service d.
+func builtinEnv(opts Options, d *Definition) BuiltinEnv {
+	log := opts.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	return BuiltinEnv{Name: d.Name, Config: d.Config, Root: opts.Root, Log: log}
 }
 
 // Catalog returns the current catalog.
@@ -140,7 +152,13 @@ func (m *Manager) Catalog() *Catalog {
 }
 
 // Problems returns the ordering warnings of the current catalog.
-func (m *Manager) Problems() []string { return m.Catalog().Problems }
+func (m *Manager) Problems() []string {
+	var out []string
+	for _, p := range m.Catalog().Problems {
+		out = append(out, p.Text)
+	}
+	return out
+}
 
 func (m *Manager) unit(name string) (*unit, error) {
 	m.mu.RLock()
@@ -179,12 +197,7 @@ func (m *Manager) Boot(ctx context.Context) error {
 	t0 := time.Now()
 	m.timeline = Timeline{Started: t0}
 	m.mu.Unlock()
-	for _, p := range cat.Problems {
-		m.log.Warn("rcorder: " + p)
-	}
-	for _, w := range cat.Warnings {
-		m.log.Warn(w)
-	}
+	cat.logNotices(m.log)
 	for _, u := range units {
 		u.set(StateWaiting, "")
 	}
@@ -435,21 +448,16 @@ func (m *Manager) ReloadService(ctx context.Context, name string) error {
 	case d.Type == TypeBuiltin && b != nil:
 		if _, ok := b.(Reloader); ok {
 			u.logf(slog.LevelInfo, "reload")
-			return u.reload(ctx)
+			err := u.reload(ctx)
+			if un, ok := u.getBuiltin().(Undoer); ok && err == nil {
+				un.Commit() // nothing after it to roll back for
+			}
+			return err
 		}
 	case d.Type == TypeScript:
 		return u.runAux(ctx, d, "reload", append(d.Argv(), "reload"))
 	}
 	return m.Restart(ctx, name)
-}
-
-// ReloadResult says what a configuration reload changed.
-type ReloadResult struct {
-	Restarted []string `json:"restarted,omitempty"`
-	Reloaded  []string `json:"reloaded,omitempty"` // builtins that applied the change in place
-	Started   []string `json:"started,omitempty"`
-	Stopped   []string `json:"stopped,omitempty"`
-	Unchanged int      `json:"unchanged"`
 }
 
 // builtinDependents returns the active builtin services that require
@@ -485,153 +493,6 @@ func (m *Manager) builtinDependents(cat *Catalog, name string) []string {
 		}
 	}
 	return out
-}
-
-// Reload re-evaluates rc.conf and rc.d. Services whose effective settings
-// changed are restarted (a running builtin that implements Reloader applies
-// the change in place instead), newly enabled ones started, disabled or
-// removed ones stopped; the others are left alone, except active builtins
-// that require a restarted service, which are restarted with it. On an
-// rc.conf error nothing changes and the error is returned.
-func (m *Manager) Reload(ctx context.Context) (ReloadResult, error) {
-	ctx, cancel := m.untilShutdown(ctx)
-	defer cancel()
-	m.opMu.Lock()
-	defer m.opMu.Unlock()
-	var res ReloadResult
-	if m.isStopping() {
-		return res, ErrShuttingDown
-	}
-	newCat, err := m.loadCatalog()
-	if err != nil {
-		return res, fmt.Errorf("reload: %w", err)
-	}
-	old := m.Catalog()
-	type change struct {
-		u      *unit
-		def    *Definition
-		old    *Definition
-		wasUp  bool
-		reload bool // apply in place with Reloader
-	}
-	changes := map[string]*change{}
-	m.mu.Lock()
-	for _, i := range newCat.Order {
-		d := newCat.Defs[i]
-		u, ok := m.units[d.Name]
-		if !ok {
-			u = &unit{m: m, name: d.Name, def: d, state: StateInactive}
-			m.units[d.Name] = u
-			changes[d.Name] = &change{u: u, def: d}
-			continue
-		}
-		od := u.def
-		if od.Fingerprint() == d.Fingerprint() && od.Enabled == d.Enabled && (od.Err == nil) == (d.Err == nil) &&
-			(od.Err == nil || od.Err.Error() == d.Err.Error()) {
-			res.Unchanged++
-			continue
-		}
-		u.mu.Lock()
-		st, b := u.state, u.builtin
-		u.mu.Unlock()
-		c := &change{u: u, def: d, old: od, wasUp: st.Active() || st == StateStarting}
-		if _, ok := b.(Reloader); ok && c.wasUp && d.Enabled && d.Err == nil && d.Type == TypeBuiltin && od.Type == TypeBuiltin {
-			c.reload = true
-		}
-		changes[d.Name] = c
-	}
-	var removed []*unit
-	for _, d := range old.Defs {
-		if _, ok := newCat.Lookup(d.Name); !ok {
-			removed = append(removed, m.units[d.Name])
-		}
-	}
-	m.mu.Unlock()
-	// Builtins that require a restarted service restart with it.
-	for name, c := range changes {
-		if c.reload || !c.wasUp {
-			continue
-		}
-		for _, dep := range m.builtinDependents(old, name) {
-			if _, ok := changes[dep]; ok {
-				continue
-			}
-			if j, ok := newCat.Lookup(dep); ok {
-				u, _ := m.unit(dep)
-				changes[dep] = &change{u: u, def: newCat.Defs[j], wasUp: true}
-				res.Unchanged--
-			}
-		}
-	}
-	var ordered []*change
-	for _, i := range newCat.Order {
-		if c, ok := changes[newCat.Defs[i].Name]; ok {
-			ordered = append(ordered, c)
-		}
-	}
-	// Stop what changed or went away, dependents first (reverse order).
-	for i := len(removed) - 1; i >= 0; i-- {
-		if err := removed[i].stop(ctx); err != nil {
-			removed[i].logf(slog.LevelWarn, "stop: %v", err)
-		}
-		res.Stopped = append(res.Stopped, removed[i].name)
-	}
-	for i := len(ordered) - 1; i >= 0; i-- {
-		if c := ordered[i]; c.wasUp && !c.reload {
-			if err := c.u.stop(ctx); err != nil {
-				c.u.logf(slog.LevelWarn, "stop: %v", err)
-			}
-		}
-	}
-	m.mu.Lock()
-	for _, u := range removed {
-		delete(m.units, u.name)
-	}
-	for _, c := range ordered {
-		c.u.mu.Lock()
-		c.u.def = c.def
-		c.u.mu.Unlock()
-	}
-	m.cat = newCat
-	m.mu.Unlock()
-	var errs []error
-	for _, c := range ordered {
-		switch {
-		case !c.def.Enabled:
-			c.u.set(StateDisabled, disabledReason(c.def))
-			if c.wasUp {
-				res.Stopped = append(res.Stopped, c.u.name)
-			}
-		case c.reload:
-			c.u.logf(slog.LevelInfo, "settings changed; reloading in place")
-			if err := c.u.reload(ctx); err != nil {
-				// Keep running with the old configuration (unless the
-				// builtin stopped, see ErrStopped), and keep the old
-				// definition so that the next reload tries again.
-				if !errors.Is(err, ErrStopped) {
-					c.u.logf(slog.LevelError, "reload failed, keeping the running configuration: %v", err)
-				}
-				c.u.mu.Lock()
-				c.u.def = c.old
-				c.u.mu.Unlock()
-				errs = append(errs, fmt.Errorf("%s: %w", c.u.name, err))
-				continue
-			}
-			res.Reloaded = append(res.Reloaded, c.u.name)
-		default:
-			c.u.logf(slog.LevelInfo, "settings changed; starting")
-			if err := m.startLocked(ctx, c.u.name, map[string]bool{}); err != nil {
-				errs = append(errs, err)
-			}
-			if c.wasUp {
-				res.Restarted = append(res.Restarted, c.u.name)
-			} else {
-				res.Started = append(res.Started, c.u.name)
-			}
-		}
-	}
-	m.log.Info("reload done", "restarted", res.Restarted, "reloaded", res.Reloaded, "started", res.Started, "stopped", res.Stopped, "unchanged", res.Unchanged)
-	return res, errors.Join(errs...)
 }
 
 func (m *Manager) isStopping() bool {

@@ -23,15 +23,21 @@ func scanHeaders(fsys fs.FS, paths []string) ([]rcorder.Script, []Header, []erro
 // orderGraph runs rcorder over the scripts: it returns, per script, the
 // scripts it must wait for (an acyclic graph consistent with rcorder's
 // order, cycles broken where FreeBSD breaks them), the boot order, which
-// scripts pass the nostart filter, and the problems as rcorder prints them.
-func orderGraph(scripts []rcorder.Script) (deps [][]int, order []int, printed []bool, problems []string) {
+// scripts pass the nostart filter, and the problems as rcorder prints
+// them, located in the file named by name (an error when rcorder would
+// exit 1 for it: a missing provider, a cycle).
+func orderGraph(scripts []rcorder.Script, name func(string) string) (deps [][]int, order []int, printed []bool, problems []Finding) {
 	res := rcorder.Order(scripts, rcorder.Filter{Skip: []string{NoStartKeyword}})
 	printed = make([]bool, len(scripts))
 	for _, i := range res.Printed {
 		printed[i] = true
 	}
 	for _, p := range res.Problems {
-		problems = append(problems, p.Text)
+		f := Finding{Severity: SeverityWarning, Text: located(name(p.Path), p.Line, "rcorder: "+p.Text)}
+		if p.IsError() {
+			f.Severity = SeverityError
+		}
+		problems = append(problems, f)
 	}
 	return res.WaitFor(), res.Order, printed, problems
 }

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 )
 
 // DefaultRuntimeDir is where keeld puts its sockets and pidfiles when not
@@ -32,4 +33,23 @@ func DefaultSocket() string {
 		return s
 	}
 	return filepath.Join(DefaultRuntimeDir(), SocketName)
+}
+
+// SeedVars are the values keeld seeds rc.conf with (see Seed).
+type SeedVars struct {
+	Self        string // keeld's executable
+	RuntimeDir  string
+	Root        string // the root's host directory, "" for the embedded appliance
+	StateDir    string // "" for the builtins' default
+	NonceRecord string // the nonce ledger's record, "" for the default
+}
+
+// Seed returns the variables keeld seeds rc.conf with (see
+// etc/defaults/rc.conf): keel_self, keel_runtime_dir, keel_root,
+// keel_state_dir, keel_nonce_record and keel_uid.
+func Seed(v SeedVars) map[string]string {
+	return map[string]string{
+		"keel_self": v.Self, "keel_runtime_dir": v.RuntimeDir, "keel_root": v.Root,
+		"keel_state_dir": v.StateDir, "keel_nonce_record": v.NonceRecord, "keel_uid": strconv.Itoa(os.Getuid()),
+	}
 }

@@ -140,18 +140,18 @@ func ParseDefinition(chain *rcconf.Chain, hdr Header, data []byte, exec bool) (*
 	file := chain.Name(hdr.Path)
 	prog, err := syntax.NewParser(syntax.Variant(syntax.LangPOSIX)).Parse(strings.NewReader(string(data)), file)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrBadService, err)
+		return nil, fmt.Errorf("%v: %w", err, ErrBadService)
 	}
 	if aerr := rcconf.CheckAssignments(file, prog); aerr != nil {
 		if !exec {
-			return nil, fmt.Errorf("%w: %w (declarative rc.d files hold only assignments; make it executable to run it as a shell script)", ErrBadService, aerr)
+			return nil, fmt.Errorf("%w: %w (declarative rc.d files hold only assignments; make it executable to run it as a shell script)", aerr, ErrBadService)
 		}
 		return parseScript(chain, hdr, prog)
 	}
 	base := path.Base(file)
 	pre, err := chain.Global().Eval(file, data)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrBadService, err)
+		return nil, fmt.Errorf("%w: %w", err, ErrBadService)
 	}
 	name := pre.Get("name")
 	if name == "" {
@@ -163,27 +163,20 @@ func ParseDefinition(chain *rcconf.Chain, hdr Header, data []byte, exec bool) (*
 	}
 	local, err := scfg.Eval(file, data)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrBadService, err)
+		return nil, fmt.Errorf("%w: %w", err, ErrBadService)
 	}
 	d := &Definition{Header: hdr, Name: name, Config: local}
 	// bad names where field was set: the rc.d file, or rc.conf when the
 	// value comes from there; just the rc.d file when it is unset.
 	bad := func(field, format string, args ...any) error {
 		where := file
-		if v, ok := local.Lookup(field); ok && v.Line > 0 {
-			f := v.File
-			if f == "" {
-				f = file
-			}
-			where = fmt.Sprintf("%s:%d", f, v.Line)
+		if w := local.Where(field); w != "" {
+			where = w
 		}
 		return fmt.Errorf("%s: %s: %w: %s", where, field, ErrBadService, fmt.Sprintf(format, args...))
 	}
 	if !validName(name) {
 		return d, bad("name", "invalid service name %q", name)
-	}
-	if err := checkKeys(file, name, prog); err != nil {
-		return d, err
 	}
 	d.Rcvar = local.Get("rcvar")
 	d.Enabled = true
@@ -193,6 +186,9 @@ func ParseDefinition(chain *rcconf.Chain, hdr Header, data []byte, exec bool) (*
 			return d, fmt.Errorf("%w: %w", err, ErrBadService) // enabled, so that it shows failed
 		}
 		d.Enabled = on
+	}
+	if err := checkKeys(file, name, prog); err != nil {
+		return d, err // after Enabled: an enabled service with a bad key fails
 	}
 	switch t := Type(local.Get("type")); t {
 	case "":

@@ -116,6 +116,13 @@ func (u *unit) getDef() *Definition {
 	return u.def
 }
 
+// getBuiltin returns the running builtin, or nil.
+func (u *unit) getBuiltin() Builtin {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return u.builtin
+}
+
 func (u *unit) active() bool {
 	u.mu.Lock()
 	defer u.mu.Unlock()

@@ -249,6 +249,7 @@ func (a *app) commands() []command {
 				{use: "critical-chain", short: "The chain of services that determined when boot finished", run: a.criticalChain},
 			}},
 		{use: "graph", short: "Print the service dependency graph in DOT", run: a.graph},
+		a.checkCommand(),
 		{use: "shutdown", short: "Stop every service in reverse order and exit keeld",
 			run: func(*cobra.Command, []string) error { return a.shutdown(wait) },
 			flags: func(c *cobra.Command) {

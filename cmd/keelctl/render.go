@@ -173,6 +173,9 @@ func printState(w io.Writer, d services.Detail) error {
 func printReload(w io.Writer, res services.ReloadResult) error {
 	fmt.Fprintf(w, "restarted: %s\nstarted:   %s\nstopped:   %s\nunchanged: %d\n",
 		orDash(res.Restarted), orDash(res.Started), orDash(res.Stopped), res.Unchanged)
+	for _, warn := range res.Warnings {
+		fmt.Fprintln(w, "warning: "+warn)
+	}
 	return nil
 }
 

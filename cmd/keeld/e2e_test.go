@@ -251,7 +251,7 @@ func TestDefaultApplianceBootsClean(t *testing.T) {
 	if _, _, code := d.keelctl(nil, "status", "ipsec"); code != 0 {
 		t.Errorf("status ipsec exit %d", code)
 	}
-	for _, warn := range []string{"unknown variable", "WARN rcorder"} {
+	for _, warn := range []string{"unknown variable", "rcorder: "} {
 		if strings.Contains(d.logText(), warn) {
 			t.Errorf("the default appliance's boot warns (%q):\n%s", warn, d.logText())
 		}

@@ -15,6 +15,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"log/slog"
 	"net"
@@ -39,6 +40,7 @@ import (
 	"github.com/keelinit/keel/internal/childproc"
 	"github.com/keelinit/keel/services"
 	"github.com/keelinit/keel/services/api"
+	"github.com/keelinit/keel/services/builtin"
 )
 
 // settings are keeld's own settings (not the appliance's, which live in
@@ -59,9 +61,43 @@ type settings struct {
 func main() {
 	runVirtioDevice()
 	if err := rootCmd(run).Execute(); err != nil {
-		fmt.Fprintln(os.Stderr, "keeld:", err)
+		if !errors.Is(err, errInvalid) {
+			fmt.Fprintln(os.Stderr, "keeld:", err)
+		}
 		os.Exit(1)
 	}
+}
+
+// seed returns the rc.conf variables keeld seeds for settings s, its
+// executable self and the root's host directory rootDir.
+func seed(s settings, self, rootDir string) map[string]string {
+	return services.Seed(services.SeedVars{Self: self, RuntimeDir: s.RuntimeDir, Root: rootDir, StateDir: s.StateDir, NonceRecord: s.NonceRecord})
+}
+
+// errInvalid is keeld -n's error for a configuration with errors, which
+// it has printed.
+var errInvalid = errors.New("configuration invalid")
+
+// checkConfig is keeld -n: it validates the configuration that keeld
+// would boot with s and prints every finding and a summary to w, like
+// sshd -t or nginx -t. It creates, locks and starts nothing (no runtime
+// or state directory, socket or ledger), so it runs on a read-only root
+// and beside a running keeld.
+func checkConfig(w io.Writer, s settings) error {
+	root, rootDir, desc, err := resolveRoot(s)
+	if err != nil {
+		return err
+	}
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	self, _ := os.Executable()
+	rep := builtin.CheckConfig(root, rootDir, desc, seed(s, self, rootDir), log)
+	if err := rep.Write(w); err != nil {
+		return err
+	}
+	if rep.Count(services.SeverityError) > 0 {
+		return errInvalid
+	}
+	return nil
 }
 
 // rootCmd builds the keeld command; runFn receives the resolved settings.
@@ -78,10 +114,14 @@ func rootCmd(runFn func(context.Context, settings) error) *cobra.Command {
 			if err != nil {
 				return err
 			}
+			if check, _ := cmd.Flags().GetBool("check"); check {
+				return checkConfig(cmd.OutOrStdout(), s)
+			}
 			return runFn(cmd.Context(), s)
 		},
 	}
 	f := cmd.Flags()
+	f.BoolP("check", "n", false, "check the configuration (rc.conf, rc.d, ordering, the builtins' files) and exit: 0 when valid, 1 on errors; starts and creates nothing")
 	f.String("config", "", "optional keeld config file (yaml, toml or json)")
 	f.String("root", "", "root directory holding etc/ (default: ./etc when it exists, else the embedded appliance)")
 	f.String("runtime-dir", "", "runtime directory for sockets, pidfiles and logs (default "+services.DefaultRuntimeDir()+")")
@@ -232,11 +272,7 @@ func run(ctx context.Context, s settings) error {
 	sys := newSubsystems(s, log)
 	mgr, err := services.New(services.Options{
 		Root: root, RootDir: rootDir, RuntimeDir: s.RuntimeDir, Logger: log,
-		Seed: map[string]string{
-			"keel_self": self, "keel_runtime_dir": s.RuntimeDir, "keel_root": rootDir,
-			"keel_state_dir": s.StateDir, "keel_nonce_record": s.NonceRecord,
-			"keel_uid": strconv.Itoa(os.Getuid()),
-		},
+		Seed:        seed(s, self, rootDir),
 		Builtins:    sys.Builtins(),
 		LoadModules: sys.LoadModules,
 		OnProgress: func(done, total int, name string) {

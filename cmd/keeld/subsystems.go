@@ -7,9 +7,7 @@ import (
 
 	// Crypto provider modules, registered with the modules package at
 	// init and loaded by kld_list / cryptodev_modules.
-	_ "github.com/keelinit/keel/crypto/aesni"
-	_ "github.com/keelinit/keel/crypto/cryptosoft"
-	_ "github.com/keelinit/keel/crypto/glxsb"
+	_ "github.com/keelinit/keel/crypto/providers"
 )
 
 // subsystems is the set of Go builtins (kld, cryptodev, ipsec, pktgen).

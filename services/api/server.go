@@ -237,7 +237,12 @@ func (s *Server) routes() {
 	s.Handle("POST /v1/reload", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		res, err := m.Reload(r.Context())
 		if err != nil {
-			WriteError(w, http.StatusConflict, err)
+			// The error, and the result with every error listed and what
+			// was rolled back.
+			WriteJSON(w, http.StatusConflict, struct {
+				Error
+				services.ReloadResult
+			}{Error{err.Error()}, res})
 			return
 		}
 		WriteJSON(w, 200, res)

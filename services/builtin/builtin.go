@@ -50,10 +50,11 @@ type System struct {
 	log    *slog.Logger
 	loader *modules.Loader
 
-	mu  sync.RWMutex
-	fw  *crypto.Framework
-	ips *ipsecService
-	pg  *pktgenService
+	mu    sync.RWMutex
+	fw    *crypto.Framework
+	ips   *ipsecService
+	ipsTx *ipsecTx // ips as the Manager runs it
+	pg    *pktgenService
 }
 
 // New returns a System with its own module loader over the modules
@@ -64,6 +65,7 @@ func New(opts Options) *System {
 	}
 	s := &System{opts: opts, log: opts.Logger, loader: modules.NewLoader(modules.WithLogger(opts.Logger))}
 	s.ips = newIPsecService(s)
+	s.ipsTx = &ipsecTx{ipsecService: s.ips}
 	s.pg = &pktgenService{sys: s}
 	return s
 }
@@ -93,7 +95,7 @@ func (s *System) Builtins() map[string]services.Builtin {
 	return map[string]services.Builtin{
 		"cryptodev": &cryptodevService{sys: s},
 		"kld":       &kldService{sys: s},
-		"ipsec":     s.ips,
+		"ipsec":     s.ipsTx,
 		"pktgen":    s.pg,
 	}
 }
@@ -118,7 +120,7 @@ func (s *System) Close(ctx context.Context) error {
 	var errs []error
 	errs = append(errs, s.pg.Stop(ctx))
 	if s.ips.running() {
-		errs = append(errs, s.ips.Stop(ctx))
+		errs = append(errs, s.ipsTx.Stop(ctx))
 	}
 	s.mu.Lock()
 	fw := s.fw
@@ -299,7 +301,7 @@ func (k *kldService) Start(ctx context.Context, env services.BuiltinEnv) error {
 	var errs []error
 	list := strings.Fields(env.Config.Get("kld_list"))
 	for _, name := range list {
-		name = strings.TrimSuffix(name[strings.LastIndexByte(name, '/')+1:], ".ko")
+		name = kmodName(name)
 		already := k.sys.loader.IsLoaded(name)
 		if err := loadOne(k.sys.modCtx(ctx), k.sys, env.Log, name); err != nil {
 			if ctx.Err() != nil {

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -53,19 +52,16 @@ type flow struct {
 }
 
 func (g *pktgenService) Start(ctx context.Context, env services.BuiltinEnv) error {
-	rate, err := strconv.Atoi(env.Config.Get("pktgen_rate"))
-	if err != nil || rate <= 0 || rate > 1_000_000 {
-		return fmt.Errorf("pktgen_rate: want 1..1000000 packets/s, got %q", env.Config.Get("pktgen_rate"))
-	}
-	size, err := strconv.Atoi(env.Config.Get("pktgen_size"))
-	if err != nil || size < 64 || size > 1500 {
-		return fmt.Errorf("pktgen_size: want 64..1500 bytes, got %q", env.Config.Get("pktgen_size"))
+	rate, size, err := pktgenParams(env.Config)
+	if err != nil {
+		return err
 	}
 	eng := g.sys.ips.engine()
 	fw := g.sys.Framework()
 	if eng == nil || fw == nil {
 		return errors.New("pktgen needs the ipsec service running")
 	}
+	env.Root = g.sys.ipsTx.runningRoot(env) // the SAs the engine runs
 	cfg, _, err := readConfig(env)
 	if err != nil {
 		return err

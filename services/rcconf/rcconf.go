@@ -47,12 +47,15 @@ type Config struct {
 	vars map[string]Var
 }
 
+// seedFile is the Var.File of seeded variables.
+const seedFile = "(builtin)"
+
 // New returns an empty Config, optionally seeded with name/value pairs
 // (e.g. built-in variables such as keel_runtime_dir).
 func New(seed map[string]string) *Config {
 	c := &Config{vars: make(map[string]Var, len(seed))}
 	for k, v := range seed {
-		c.vars[k] = Var{Name: k, Value: v, File: "(builtin)"}
+		c.vars[k] = Var{Name: k, Value: v, File: seedFile}
 	}
 	return c
 }
@@ -129,9 +132,34 @@ func (c *Config) YesNo(name string) (bool, error) {
 	}
 	where := ""
 	if ok && v.File != "" {
-		where = fmt.Sprintf("%s:%d: ", v.File, v.Line)
+		where = c.Where(name) + ": "
 	}
 	return false, fmt.Errorf("%sWARNING: $%s %w (%q)", where, name, ErrNotYesNo, v.Value)
+}
+
+// Where returns "file:line" of the assignment that set name, "file" when
+// the line is unknown, and "" when name is unset or was seeded (it comes
+// from no file).
+func (c *Config) Where(name string) string {
+	v, ok := c.Lookup(name)
+	switch {
+	case !ok || v.File == "" || v.File == seedFile:
+		return ""
+	case v.Line == 0:
+		return v.File
+	}
+	return fmt.Sprintf("%s:%d", v.File, v.Line)
+}
+
+// Errorf returns an error about the variable name: "file:line: name: msg"
+// with the place that set it (see Where), or "name: msg" without one.
+// format and args are fmt.Errorf's (%w wraps).
+func (c *Config) Errorf(name, format string, args ...any) error {
+	where := name + ": "
+	if w := c.Where(name); w != "" {
+		where = w + ": " + where
+	}
+	return fmt.Errorf("%s%w", where, fmt.Errorf(format, args...))
 }
 
 // CheckYesNo implements rc.subr's checkyesno: YES, TRUE, ON and 1 are true,
