@@ -1,8 +1,10 @@
 #!/usr/bin/env python3
-"""Reads `go test -json` on stdin, prints the ordinary go test output as it
-comes, and at the end checks that every test named in the file given as
-argv[1] ran and passed (a skip or an absence is a failure). Exits 1 if any
-did not, listing them."""
+"""Reads `go test -json` on stdin and prints what plain `go test ./...`
+prints: each package's closing line (ok, FAIL, no test files), build
+errors, and the full output of every failing test; a skipped test prints
+its --- SKIP line and reason. At the end it checks that every test named
+in the file given as argv[1] ran and passed (a skip or an absence is a
+failure), and exits 1 listing those that did not."""
 import json
 import sys
 
@@ -14,20 +16,35 @@ with open(sys.argv[1]) as f:
             pkg, test = line.split()
             want.append((pkg, test))
 
+
+def emit(s):
+    sys.stdout.write(s)
+    sys.stdout.flush()
+
+
 result = {}
+buf = {}
 for raw in sys.stdin:
     try:
         ev = json.loads(raw)
     except ValueError:
-        sys.stdout.write(raw)  # build errors come as plain text
-        sys.stdout.flush()
+        emit(raw)  # build errors come as plain text
         continue
-    out = ev.get("Output")
+    pkg, test, action, out = ev.get("Package"), ev.get("Test"), ev.get("Action"), ev.get("Output")
+    if not test:
+        if out is not None and out != "PASS\n":
+            emit(out)
+        continue
+    key = (pkg, test)
     if out is not None:
-        sys.stdout.write(out)
-        sys.stdout.flush()
-    if ev.get("Test") and ev.get("Action") in ("pass", "fail", "skip"):
-        result[(ev.get("Package"), ev["Test"])] = ev["Action"]
+        buf.setdefault(key, []).append(out)
+    if action in ("pass", "fail", "skip"):
+        result[key] = action
+        lines = buf.pop(key, [])
+        if action == "fail":
+            emit("".join(lines))
+        elif action == "skip":
+            emit("".join(l for l in lines if "--- SKIP" in l or l.startswith("    ")))
 
 bad = [(p, t, result.get((p, t), "did not run")) for p, t in want if result.get((p, t)) != "pass"]
 if bad:
