@@ -11,7 +11,9 @@ var (
 		[]string{"service"}, nil)
 	descStartSecs = prometheus.NewDesc("keel_service_start_seconds", "How long the service's last start took.",
 		[]string{"service"}, nil)
-	descBoot = prometheus.NewDesc("keel_boot_duration_seconds", "Time from boot start until every service was done.", nil, nil)
+	descBoot     = prometheus.NewDesc("keel_boot_duration_seconds", "Time from boot start until every service was done.", nil, nil)
+	descDegraded = prometheus.NewDesc("keel_service_degraded", "1 while the service runs degraded (see its status), else 0.",
+		[]string{"service"}, nil)
 )
 
 // collector exports a Manager's service states to Prometheus.
@@ -26,6 +28,7 @@ func (c collector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- descRestarts
 	ch <- descStartSecs
 	ch <- descBoot
+	ch <- descDegraded
 }
 
 func (c collector) Collect(ch chan<- prometheus.Metric) {
@@ -33,6 +36,11 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(descState, prometheus.GaugeValue, 1, s.Name, string(s.Type), string(s.State))
 		ch <- prometheus.MustNewConstMetric(descRestarts, prometheus.CounterValue, float64(s.Restarts), s.Name)
 		ch <- prometheus.MustNewConstMetric(descStartSecs, prometheus.GaugeValue, s.Duration.Seconds(), s.Name)
+		degraded := 0.0
+		if s.Degraded != "" {
+			degraded = 1
+		}
+		ch <- prometheus.MustNewConstMetric(descDegraded, prometheus.GaugeValue, degraded, s.Name)
 	}
 	if tl := c.m.Timeline(); tl.Finished > 0 {
 		ch <- prometheus.MustNewConstMetric(descBoot, prometheus.GaugeValue, tl.Finished.Seconds())

@@ -87,6 +87,12 @@ type Status struct {
 	Restarts int           `json:"restarts,omitempty"`
 	// StatusText is the last STATUS= sent over sd_notify, or a builtin's status.
 	StatusText string `json:"status_text,omitempty"`
+	// Degraded, set only while the service is running, says why it runs
+	// but does not do all of its job (a builtin's Degrader): keelctl
+	// shows the state as "running (degraded)", and the metric
+	// keel_service_degraded is 1. State stays running, so that
+	// supervision and LSB status treat it as up.
+	Degraded string `json:"degraded,omitempty"`
 }
 
 // Detail is keelctl status NAME.

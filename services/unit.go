@@ -36,6 +36,15 @@ type Builtin interface {
 	Status() string
 }
 
+// Degrader is implemented by builtins that can run degraded: up, but not
+// doing all of their job (ipsec with SAs that have no crypto provider, or
+// whose nonce ledger cannot be written). Degraded returns why, or "" when
+// the builtin is whole. It is called for every status read, so it must
+// be cheap and must not block.
+type Degrader interface {
+	Degraded() string
+}
+
 // Reloader is implemented by builtins that can apply a configuration
 // change in place (keelctl reload NAME) instead of being restarted.
 type Reloader interface {
@@ -106,6 +115,9 @@ func (u *unit) snapshot() Status {
 	}
 	if u.builtin != nil && (u.state == StateRunning || u.state == StateStarting) {
 		s.StatusText = u.builtin.Status()
+	}
+	if d, ok := u.builtin.(Degrader); ok && u.state == StateRunning {
+		s.Degraded = d.Degraded()
 	}
 	return s
 }

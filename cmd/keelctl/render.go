@@ -107,7 +107,12 @@ func printTable(w io.Writer, st []services.Status) error {
 		if s.Restarts > 0 {
 			reason = fmt.Sprintf("%s (restarts: %d)", reason, s.Restarts)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", s.Name, s.Type, s.State, pid, since(s.Since), dur(s.Duration), truncate(reason, 90))
+		state := string(s.State)
+		if s.Degraded != "" {
+			state += " (degraded)"
+			reason = "degraded: " + s.Degraded
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", s.Name, s.Type, state, pid, since(s.Since), dur(s.Duration), truncate(reason, 90))
 		counts[s.State]++
 	}
 	tw.Flush()
@@ -126,6 +131,9 @@ func printDetail(w io.Writer, d services.Detail) error {
 	dot := "●"
 	fmt.Fprintf(w, "%s %s - %s service (%s)\n", dot, d.Name, d.Type, d.Path)
 	active := string(d.State)
+	if d.Degraded != "" {
+		active += " (degraded: " + d.Degraded + ")"
+	}
 	if !d.Since.IsZero() {
 		active += " since " + d.Since.Format(time.DateTime) + "; " + since(d.Since)
 	}

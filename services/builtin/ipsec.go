@@ -459,13 +459,29 @@ func (s *ipsecService) Status() string {
 		}
 		out = tun + "; " + out
 	}
-	if d := s.ledgerDegraded(); d != "" {
-		out = "degraded: " + d + "; " + out
-	}
-	if d := unboundStatus(sas); d != "" {
+	if d := s.Degraded(); d != "" {
 		out = "degraded: " + d + "; " + out
 	}
 	return out
+}
+
+// Degraded says why ipsec runs but cannot carry all of its traffic: SAs
+// with no crypto provider (a forced kldunload), or a nonce ledger that
+// cannot be written (AEAD SAs stop once their reserved range is used).
+// "" when whole. It implements services.Degrader.
+func (s *ipsecService) Degraded() string {
+	eng := s.engine()
+	if eng == nil {
+		return ""
+	}
+	var why []string
+	if d := unboundStatus(eng.SAs()); d != "" {
+		why = append(why, d)
+	}
+	if d := s.ledgerDegraded(); d != "" {
+		why = append(why, d)
+	}
+	return strings.Join(why, "; ")
 }
 
 // mirror returns the peer's view of cfg: the same SAs, with every policy's
@@ -487,3 +503,9 @@ func mirror(cfg *setkey.Config) *setkey.Config {
 	}
 	return out
 }
+
+var (
+	_ services.Builtin  = (*ipsecService)(nil)
+	_ services.Reloader = (*ipsecService)(nil)
+	_ services.Degrader = (*ipsecService)(nil)
+)

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/keelinit/keel/internal/testfault"
+	"github.com/keelinit/keel/services"
 )
 
 // TestIPsecLedgerDegraded: while the ledger's file system is full or
@@ -38,6 +39,9 @@ func TestIPsecLedgerDegraded(t *testing.T) {
 			if st := b.status("ipsec"); !strings.Contains(st.StatusText, ledger) {
 				t.Errorf("status text %q does not name the ledger", st.StatusText)
 			}
+			if st := b.status("ipsec"); st.State != services.StateRunning || !strings.HasPrefix(st.Degraded, "nonce ledger write failing: ") {
+				t.Errorf("unit status %s, degraded %q: want running and degraded by the ledger", st.State, st.Degraded)
+			}
 			m := gather(t, b.sys.Collectors()...)
 			if m[writable] != 0 || m["keel_ipsec_nonce_ledger_write_errors_total,ledger="+ledger] == 0 {
 				t.Errorf("metrics during the fault: writable %v, errors %v", m[writable], m["keel_ipsec_nonce_ledger_write_errors_total,ledger="+ledger])
@@ -47,6 +51,9 @@ func TestIPsecLedgerDegraded(t *testing.T) {
 			}
 			if !poll(5*time.Second, func() bool { return !strings.Contains(b.sys.ips.Status(), "degraded") }) {
 				t.Fatalf("status %q after the fault was fixed", b.sys.ips.Status())
+			}
+			if d := b.status("ipsec").Degraded; d != "" {
+				t.Errorf("unit still degraded after the fault was fixed: %q", d)
 			}
 			if gather(t, b.sys.Collectors()...)[writable] != 1 || sendMany(t, b, 64) != 64 {
 				t.Error("not recovered after the fault was fixed")

@@ -14,6 +14,7 @@ import (
 	"github.com/keelinit/keel/ipsec"
 	"github.com/keelinit/keel/ipsec/spd"
 	"github.com/keelinit/keel/modules"
+	"github.com/keelinit/keel/services"
 )
 
 // saProviders returns each SA's provider, by SPI.
@@ -145,6 +146,12 @@ func TestUnloadProviderInUse(t *testing.T) {
 	}
 	if st := ipsecStatus(); !strings.HasPrefix(st, "degraded: 4 SA(s) with (no provider)") || !strings.Contains(st, "4 on (no provider)") {
 		t.Errorf("ipsec status after kldunload -f: %q", st)
+	}
+	if st := b.status("ipsec"); st.State != services.StateRunning || !strings.HasPrefix(st.Degraded, "4 SA(s) with (no provider)") {
+		t.Errorf("ipsec unit after kldunload -f: %s, degraded %q", st.State, st.Degraded)
+	}
+	if m := gather(t, services.NewCollector(b.m)); m["keel_service_degraded,service=ipsec"] != 1 {
+		t.Errorf("keel_service_degraded{service=ipsec} = %v, want 1", m["keel_service_degraded,service=ipsec"])
 	}
 	var v IPsec
 	if err := c.Get(b.ctx, "/v1/ipsec/sa", nil, &v); err != nil {
