@@ -16,21 +16,9 @@ import (
 	"github.com/gopacket/gopacket"
 	"github.com/gopacket/gopacket/layers"
 	"github.com/gopacket/gopacket/pcapgo"
-)
 
-// needTool returns the path of name; a missing tool skips the test, or
-// fails it under CI=true (CI installs every tool the tests use).
-func needTool(t *testing.T, name, pkg string) string {
-	t.Helper()
-	p, err := exec.LookPath(name)
-	if err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("%s not installed (Debian %s; CI=true: a missing tool fails the test)", name, pkg)
-		}
-		t.Skipf("%s not installed (Debian %s)", name, pkg)
-	}
-	return p
-}
+	"github.com/keelinit/keel/internal/testenv"
+)
 
 // readCapture returns the link type of every interface of a pcap or
 // pcapng file, and its records' IP packets (Ethernet padding removed)
@@ -130,9 +118,9 @@ func tsharkESP(t *testing.T, tshark, dir, path string, c interopCase) []string {
 // packet on its original interface; likewise for scapy's wrpcapng. Decrypting Keel's pcapng gives back
 // the plaintext.
 func TestPcapng(t *testing.T) {
-	editcap := needTool(t, "editcap", "wireshark-common")
-	mergecap := needTool(t, "mergecap", "wireshark-common")
-	tshark := needTool(t, "tshark", "tshark")
+	editcap := testenv.Tool(t, "editcap", "wireshark-common")
+	mergecap := testenv.Tool(t, "mergecap", "wireshark-common")
+	tshark := testenv.Tool(t, "tshark", "tshark")
 	c := interopCases[3] // aes-gcm-udp4500-tunnel
 	dir := t.TempDir()
 	plain := filepath.Join(dir, "plain.pcap")
@@ -165,10 +153,7 @@ func TestPcapng(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if tc.err != nil {
-				if os.Getenv("CI") == "true" {
-					t.Fatalf("%s could not write the pcapng (Debian python3-scapy): %v", python, tc.err)
-				}
-				t.Skipf("%s could not write the pcapng (Debian python3-scapy): %v", python, tc.err)
+				testenv.Missing(t, "%s could not write the pcapng (Debian python3-scapy): %v", python, tc.err)
 			}
 			if f, lts, _, _ := readCapture(t, tc.in); f != FormatPcapng || !equalLinks(lts, tc.links) {
 				t.Fatalf("test input %s: %v %v", tc.in, f, lts)
@@ -281,7 +266,7 @@ func TestTruncatedCapture(t *testing.T) {
 	inputs := []string{plain}
 	if _, err := exec.LookPath("editcap"); err == nil || os.Getenv("CI") == "true" {
 		ng := filepath.Join(dir, "plain.pcapng")
-		if out, err := exec.Command(needTool(t, "editcap", "wireshark-common"), "-F", "pcapng", plain, ng).CombinedOutput(); err != nil {
+		if out, err := exec.Command(testenv.Tool(t, "editcap", "wireshark-common"), "-F", "pcapng", plain, ng).CombinedOutput(); err != nil {
 			t.Fatalf("editcap: %v\n%s", err, out)
 		}
 		inputs = append(inputs, ng)
