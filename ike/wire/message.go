@@ -77,3 +77,19 @@ func Notifies(ps []Payload, n NotifyType) []*Notify {
 	}
 	return out
 }
+
+// SKPrefix returns the IKE header and the SK payload header of a message
+// whose only payload is an SK payload with a body of bodyLen bytes whose
+// first inner payload is of type first: the octets an SK payload's
+// protection appends to (and, for an AEAD, authenticates as AAD).
+func SKPrefix(h Header, first PayloadType, bodyLen int) ([]byte, error) {
+	n := HeaderLen + genericLen + bodyLen
+	if bodyLen <= 0 || n > MaxMessageLen {
+		return nil, fmt.Errorf("ike: SK body of %d bytes does not fit a message", bodyLen)
+	}
+	b := make([]byte, HeaderLen+genericLen, n)
+	h.put(b, PayloadSK, n)
+	b[HeaderLen] = uint8(first)
+	b[HeaderLen+2], b[HeaderLen+3] = uint8((genericLen+bodyLen)>>8), uint8(genericLen+bodyLen)
+	return b, nil
+}
