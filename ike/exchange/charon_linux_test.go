@@ -286,4 +286,3 @@ func listenPair(t *testing.T, ns string, addr netip.Addr) (c500, c4500 *net.UDPC
 	t.Cleanup(func() { c500.Close(); c4500.Close() })
 	return c500, c4500
 }
-
