@@ -22,13 +22,14 @@ type espEcho struct {
 	conn    *net.UDPConn
 	eng     *ipsec.Engine
 	local   netip.AddrPort
+	pool    *ipsec.Pool
 	replies atomic.Int64
 	drops   atomic.Int64
 	wg      sync.WaitGroup
 }
 
 func startESPEcho(t *testing.T, conn *net.UDPConn, eng *ipsec.Engine, local netip.AddrPort) *espEcho {
-	e := &espEcho{conn: conn, eng: eng, local: local}
+	e := newESPEcho(conn, eng, local)
 	e.wg.Add(1)
 	go e.run()
 	t.Cleanup(func() {
@@ -38,9 +39,12 @@ func startESPEcho(t *testing.T, conn *net.UDPConn, eng *ipsec.Engine, local neti
 	return e
 }
 
+func newESPEcho(conn *net.UDPConn, eng *ipsec.Engine, local netip.AddrPort) *espEcho {
+	return &espEcho{conn: conn, eng: eng, local: local, pool: ipsec.NewPool(0)}
+}
+
 func (e *espEcho) run() {
 	defer e.wg.Done()
-	pool := ipsec.NewPool(0)
 	buf := make([]byte, 65536)
 	for {
 		n, from, err := e.conn.ReadFromUDPAddrPort(buf)
@@ -50,38 +54,42 @@ func (e *espEcho) run() {
 		if n < 4 || binary.BigEndian.Uint32(buf) == 0 {
 			continue // IKE (non-ESP marker) or a keepalive
 		}
-		p := pool.Get()
-		if !p.SetData(buf[:n]) {
-			p.Release()
-			continue
-		}
-		p.Frame, p.Src, p.Dst = ipsec.FrameUDP, from, e.local
-		e.eng.Inbound([]*ipsec.Packet{p})
-		if p.Verdict != ipsec.VerdictForward {
-			e.drops.Add(1)
-			p.Release()
-			continue
-		}
-		reply := echoReply(p.Data())
-		p.Release()
-		if reply == nil {
-			continue
-		}
-		q := pool.Get()
-		q.SetData(reply)
-		e.eng.Outbound([]*ipsec.Packet{q})
-		if q.Verdict == ipsec.VerdictForward {
-			dst := q.Dst
-			if dst.Port() == 0 {
-				dst = from
-			}
-			if _, err := e.conn.WriteToUDPAddrPort(q.ESP(), dst); err == nil {
-				e.replies.Add(1)
-			}
-		} else {
-			e.drops.Add(1)
-		}
-		q.Release()
+		e.handle(buf[:n], from)
+	}
+}
+
+// handle runs one ESP-in-UDP datagram from the peer through the engine
+// and sends the echo reply, if it was an echo request.
+func (e *espEcho) handle(b []byte, from netip.AddrPort) {
+	p := e.pool.Get()
+	defer p.Release()
+	if !p.SetData(b) {
+		return
+	}
+	p.Frame, p.Src, p.Dst = ipsec.FrameUDP, from, e.local
+	e.eng.Inbound([]*ipsec.Packet{p})
+	if p.Verdict != ipsec.VerdictForward {
+		e.drops.Add(1)
+		return
+	}
+	reply := echoReply(p.Data())
+	if reply == nil {
+		return
+	}
+	q := e.pool.Get()
+	defer q.Release()
+	q.SetData(reply)
+	e.eng.Outbound([]*ipsec.Packet{q})
+	if q.Verdict != ipsec.VerdictForward {
+		e.drops.Add(1)
+		return
+	}
+	dst := q.Dst
+	if dst.Port() == 0 {
+		dst = from
+	}
+	if _, err := e.conn.WriteToUDPAddrPort(q.ESP(), dst); err == nil {
+		e.replies.Add(1)
 	}
 }
 

@@ -172,6 +172,14 @@ func TestCharonPSKInitiator(t *testing.T) {
 // encrypts the reply, and charon's counters show both directions.
 func pingThroughEngine(t *testing.T, ns *netnsPair, ch *charon, child *ChildSA, c4500 *net.UDPConn) {
 	t.Helper()
+	eng := installChild(t, child)
+	echo := startESPEcho(t, c4500, eng, child.Local)
+	pingFromCharon(t, ns, ch, echo)
+}
+
+// installChild installs child in a new Keel engine through Engine.Apply.
+func installChild(t *testing.T, child *ChildSA) *ipsec.Engine {
+	t.Helper()
 	var prov crypto.Provider = cryptosoft.New()
 	if aesni.Supported() {
 		prov = aesni.New()
@@ -192,10 +200,16 @@ func pingThroughEngine(t *testing.T, ns *netnsPair, ch *charon, child *ChildSA, 
 	if n := len(eng.SAs()); n != 2 {
 		t.Fatalf("engine has %d SAs, want 2", n)
 	}
-	echo := startESPEcho(t, c4500, eng, child.Local)
+	return eng
+}
+
+// pingFromCharon pings 10.96.1.1 from charon's 10.96.2.1 and waits for
+// charon's CHILD_SA counters to show the three packets each way.
+func pingFromCharon(t *testing.T, ns *netnsPair, ch *charon, echo *espEcho) {
+	t.Helper()
 	out, err := exec.Command("ip", "netns", "exec", ns.c, "ping", "-c", "3", "-i", "0.2", "-w", "10", "-I", "10.96.2.1", "10.96.1.1").CombinedOutput()
 	if err != nil {
-		t.Fatalf("ping through the tunnel: %v (engine replies %d, drops %d, counters %+v)\n%s", err, echo.replies.Load(), echo.drops.Load(), eng.Counters(), out)
+		t.Fatalf("ping through the tunnel: %v (engine replies %d, drops %d, counters %+v)\n%s", err, echo.replies.Load(), echo.drops.Load(), echo.eng.Counters(), out)
 	}
 	sas := ch.waitSAs(" 3 packets")
 	t.Logf("after ping, charon:\n%s", sas)
@@ -229,6 +243,14 @@ func TestCharonWrongPSK(t *testing.T) {
 // fuzzers when KEEL_IKE_WRITE_SEEDS=1: each message as it was on the wire,
 // and the IKE_AUTH response with its SK body replaced by its plaintext.
 func writeCapture(t *testing.T, name string, c *capture, in *Initiator) {
+	ike, _ := in.Result()
+	writeSeeds(t, "charon-5.9.8-"+name, "response", c, ike)
+}
+
+// writeSeeds writes the messages of c received from charon (requests or
+// responses, per kind) when KEEL_IKE_WRITE_SEEDS=1, with the IKE_AUTH
+// message also in a form whose SK body is its plaintext, opened with ike.
+func writeSeeds(t *testing.T, prefix, kind string, c *capture, ike *IKESA) {
 	if os.Getenv("KEEL_IKE_WRITE_SEEDS") != "1" {
 		return
 	}
@@ -247,19 +269,18 @@ func writeCapture(t *testing.T, name string, c *capture, in *Initiator) {
 		if err != nil {
 			t.Fatalf("captured message %d: %v", i, err)
 		}
-		base := fmt.Sprintf("charon-5.9.8-%s-%s-response", name, strings.ToLower(strings.ReplaceAll(h.Exchange.String(), "_", "-")))
+		base := fmt.Sprintf("%s-%s-%s", prefix, strings.ToLower(strings.ReplaceAll(h.Exchange.String(), "_", "-")), kind)
 		put(base, m.b)
 		if h.Exchange != wire.IKE_AUTH {
 			continue
 		}
-		ike, _ := in.Result()
 		dec, err := wire.Decode(m.b)
 		if err != nil {
 			t.Fatal(err)
 		}
 		opened, err := ike.In.OpenMessage(m.b)
 		if err != nil {
-			t.Fatalf("re-opening the captured IKE_AUTH response: %v", err)
+			t.Fatalf("re-opening the captured IKE_AUTH message: %v", err)
 		}
 		first, pt, err := wire.EncodePayloads(opened.Payloads)
 		if err != nil {

@@ -22,6 +22,9 @@ type Server struct {
 	// CHILD_SA is negotiated (child nil if that failed). The callee owns
 	// the keys from then on.
 	OnEstablished func(ike *IKESA, child *ChildSA)
+	// Observe, if set, sees every IKE message Serve receives (out=false)
+	// and sends, without the non-ESP marker.
+	Observe func(out bool, msg []byte)
 
 	half map[halfKey]*Responder
 	sas  map[wire.SPI]*Responder
@@ -187,9 +190,15 @@ func (s *Server) Serve(ctx context.Context, c500, c4500 *net.UDPConn, esp func(b
 		case <-ctx.Done():
 			return ctx.Err()
 		case d := <-rx:
+			if s.Observe != nil {
+				s.Observe(false, d.b)
+			}
 			reply := s.HandleDatagram(d.b, d.local, d.remote)
 			if reply == nil {
 				continue
+			}
+			if s.Observe != nil {
+				s.Observe(true, reply)
 			}
 			if d.natt {
 				c4500.WriteToUDPAddrPort(append(make([]byte, 4, 4+len(reply)), reply...), d.remote)

@@ -50,8 +50,12 @@ func TestCharonCaptures(t *testing.T) {
 			if err != nil {
 				t.Fatalf("%s: inner payloads: %v", f, err)
 			}
-			if Find(ps, PayloadIDr) == nil || Find(ps, PayloadAUTH) == nil || Find(ps, PayloadTSr) == nil {
-				t.Fatalf("%s: IKE_AUTH response lacks IDr, AUTH or TSr", f)
+			id := Find(ps, PayloadIDr)
+			if !m.Response() {
+				id = Find(ps, PayloadIDi)
+			}
+			if id == nil || Find(ps, PayloadAUTH) == nil || Find(ps, PayloadTSr) == nil {
+				t.Fatalf("%s: IKE_AUTH message lacks its ID, AUTH or TSr", f)
 			}
 		}
 	}
