@@ -1,0 +1,68 @@
+package exchange
+
+import (
+	"context"
+	"errors"
+	"net/netip"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/keelinit/keel/ike/wire"
+)
+
+// TestCharonNegative: each refusal is a clear error on Keel's side, the
+// notification charon sent, and no CHILD_SA on charon's.
+func TestCharonNegative(t *testing.T) {
+	requireTool(t, charonBin, "swanctl", "nsenter", "unshare", "ip")
+	tests := []struct {
+		name   string
+		ike    string // charon's IKE proposals
+		edit   func(*Config)
+		notify wire.NotifyType
+		ikeUp  bool // charon keeps the IKE SA (only the CHILD_SA failed)
+	}{
+		{"no common IKE proposal", "aes128-sha256-modp3072", nil, wire.NO_PROPOSAL_CHOSEN, false},
+		{"no common ESP proposal", "aes256gcm16-prfsha256-x25519", func(c *Config) {
+			c.ESP = []wire.Proposal{{Transforms: []wire.Transform{{Type: wire.TransformENCR, ID: wire.ENCR_CHACHA20_POLY1305}, {Type: wire.TransformESN, ID: wire.ESN_NO}}}}
+		}, wire.NO_PROPOSAL_CHOSEN, true},
+		{"unacceptable traffic selectors", "aes256gcm16-prfsha256-x25519", func(c *Config) {
+			c.TSr = []wire.Selector{prefixSelector("10.55.0.0/16")}
+		}, wire.TS_UNACCEPTABLE, true},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			ns := newNetnsPair(t)
+			ch := startCharon(t, ns.c, charonConf(tc.ike, "aes256gcm16", testPSK, "yes"))
+			c500, c4500 := listenPair(t, ns.k, netip.MustParseAddr("10.97.0.1"))
+			cfg := testConfig(testPSK)
+			if tc.edit != nil {
+				tc.edit(&cfg)
+			}
+			in, err := NewInitiator(cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer in.Zero()
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			err = Dial(ctx, in, c500, c4500, DialOptions{Retransmit: Retransmit{Timeout: time.Second, Base: 1.5, Tries: 4}})
+			var pe *PeerError
+			if !errors.As(err, &pe) || pe.Notify != tc.notify || pe.IKEEstablished != tc.ikeUp {
+				t.Fatalf("Dial: %v, want %v from the peer (IKE SA up: %v)", err, tc.notify, tc.ikeUp)
+			}
+			if !strings.Contains(err.Error(), tc.notify.String()) {
+				t.Fatalf("error %q does not name %v", err, tc.notify)
+			}
+			out, _ := ch.swanctl("--list-sas")
+			if strings.Contains(out, "INSTALLED") {
+				t.Fatalf("charon installed a CHILD_SA:\n%s", out)
+			}
+			if tc.ikeUp {
+				ch.waitSAs("ESTABLISHED")
+			} else if strings.Contains(out, "ESTABLISHED") {
+				t.Fatalf("charon has an IKE SA:\n%s", out)
+			}
+		})
+	}
+}

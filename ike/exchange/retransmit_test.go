@@ -1,0 +1,116 @@
+package exchange
+
+import (
+	"context"
+	"errors"
+	"net"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// lossyResponder serves srv on a loopback socket, dropping the first
+// datagram of each message ID in drop, and counts what arrives.
+func lossyResponder(t *testing.T, srv *Server, drop map[uint32]bool) (*net.UDPConn, *atomic.Int64) {
+	t.Helper()
+	c, err := net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got atomic.Int64
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		buf := make([]byte, 65536)
+		local := c.LocalAddr().(*net.UDPAddr).AddrPort()
+		dropped := map[uint32]bool{}
+		for {
+			n, from, err := c.ReadFromUDPAddrPort(buf)
+			if err != nil {
+				return
+			}
+			got.Add(1)
+			if n < 28 || srv == nil {
+				continue
+			}
+			id := uint32(buf[20])<<24 | uint32(buf[21])<<16 | uint32(buf[22])<<8 | uint32(buf[23])
+			if drop[id] && !dropped[id] {
+				dropped[id] = true
+				continue
+			}
+			if reply := srv.HandleDatagram(append([]byte(nil), buf[:n]...), local, from); reply != nil {
+				c.WriteToUDPAddrPort(reply, from)
+			}
+		}
+	}()
+	t.Cleanup(func() { c.Close(); <-done })
+	return c, &got
+}
+
+func loopbackInitiator(t *testing.T, server *net.UDPConn) (Config, *net.UDPConn) {
+	t.Helper()
+	c, err := net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	ic, _ := pairConfigs("shared-secret-of-i-and-r")
+	ic.Local = c.LocalAddr().(*net.UDPAddr).AddrPort()
+	ic.Remote = server.LocalAddr().(*net.UDPAddr).AddrPort()
+	return ic, c
+}
+
+// TestDialRetransmits: the first IKE_SA_INIT and the first IKE_AUTH
+// request are lost; Dial's retransmissions complete the exchanges, and the
+// responder saw exactly four requests.
+func TestDialRetransmits(t *testing.T) {
+	_, rc := pairConfigs("shared-secret-of-i-and-r")
+	srv := &Server{Config: rc}
+	sc, got := lossyResponder(t, srv, map[uint32]bool{0: true, 1: true})
+	ic, c := loopbackInitiator(t, sc)
+	in, err := NewInitiator(ic)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := Dial(ctx, in, c, nil, DialOptions{Retransmit: Retransmit{Timeout: 100 * time.Millisecond, Base: 2, Tries: 3}}); err != nil {
+		t.Fatal(err)
+	}
+	if n := got.Load(); n != 4 {
+		t.Fatalf("responder received %d requests, want 4", n)
+	}
+	if !in.Done() || len(srv.Responders()) != 1 || !srv.Responders()[0].Done() {
+		t.Fatal("not established on both sides")
+	}
+}
+
+// TestDialGivesUp: against a silent peer, Dial sends the request once and
+// retransmits Tries times with waits growing by Base, then fails with
+// ErrTimeout.
+func TestDialGivesUp(t *testing.T) {
+	sc, got := lossyResponder(t, nil, nil)
+	ic, c := loopbackInitiator(t, sc)
+	in, err := NewInitiator(ic)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	start := time.Now()
+	err = Dial(ctx, in, c, nil, DialOptions{Retransmit: Retransmit{Timeout: 50 * time.Millisecond, Base: 2, Tries: 3}})
+	if !errors.Is(err, ErrTimeout) {
+		t.Fatalf("Dial: %v, want ErrTimeout", err)
+	}
+	// 50 + 100 + 200 + 400 ms of waiting at least.
+	if el := time.Since(start); el < 750*time.Millisecond {
+		t.Fatalf("gave up after %v, before the backoff schedule ran", el)
+	}
+	deadline := time.Now().Add(2 * time.Second)
+	for got.Load() < 4 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if n := got.Load(); n != 4 {
+		t.Fatalf("peer received %d datagrams, want 1 + 3 retransmissions", n)
+	}
+}
