@@ -295,33 +295,15 @@ func (in *Initiator) handleInit(raw []byte) ([]byte, error) {
 		return nil, err
 	}
 	in.dh.Zero()
-	k, err := keys.DeriveIKE(suite, in.ni, in.nr, gir, in.spii, in.spir)
+	ike, err := newIKESA(suite, in.ni, in.nr, gir, in.spii, in.spir, true)
 	clear(gir)
 	if err != nil {
 		return nil, err
 	}
-	ike := &IKESA{SPIi: in.spii, SPIr: in.spir, Suite: suite, Keys: k, Local: in.cfg.Local, Remote: in.cfg.Remote,
-		LocalID: in.cfg.LocalID, NextID: 1}
+	ike.Local, ike.Remote, ike.LocalID, ike.NextID = in.cfg.Local, in.cfg.Remote, in.cfg.LocalID, 1
 	in.ike = ike
-	if ike.Out, err = keys.NewProtector(suite, k.SKei, k.SKai); err != nil {
-		return nil, err
-	}
-	if ike.In, err = keys.NewProtector(suite, k.SKer, k.SKar); err != nil {
-		return nil, err
-	}
 	// NAT detection (§2.23), with the responder SPI of this response.
-	srcs := wire.Notifies(m.Payloads, wire.NAT_DETECTION_SOURCE_IP)
-	dst := wire.Notifies(m.Payloads, wire.NAT_DETECTION_DESTINATION_IP)
-	if len(srcs) > 0 && len(dst) > 0 {
-		ike.NATRemote = true
-		want := NATHash(in.spii, in.spir, in.cfg.Remote)
-		for _, s := range srcs {
-			if bytes.Equal(s.Data, want) {
-				ike.NATRemote = false
-			}
-		}
-		ike.NATLocal = !bytes.Equal(dst[0].Data, NATHash(in.spii, in.spir, in.cfg.Local))
-	}
+	ike.NATLocal, ike.NATRemote = detectNAT(m.Payloads, in.spii, in.spir, in.cfg.Local, in.cfg.Remote)
 	ike.Encap = ike.NATLocal || ike.NATRemote || in.cfg.ForceEncap
 	if err := in.buildAuth(); err != nil {
 		return nil, err

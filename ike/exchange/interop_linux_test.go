@@ -128,15 +128,9 @@ func TestCharonPSKInitiator(t *testing.T) {
 			c500, c4500 := listenPair(t, ns.k, netip.MustParseAddr("10.97.0.1"))
 			cfg := testConfig(testPSK)
 			cfg.IKE, cfg.ESP, cfg.ForceEncap = tc.ikeOffer, tc.espOffer, tc.forceEncap
-			in, err := NewInitiator(cfg)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer in.Zero()
 			var cap capture
-			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-			defer cancel()
-			if err := Dial(ctx, in, c500, c4500, DialOptions{Retransmit: Retransmit{Timeout: time.Second, Base: 1.5, Tries: 4}, Observe: cap.observe}); err != nil {
+			in, err := dialTest(t, cfg, c500, c4500, charonRetransmit, cap.observe)
+			if err != nil {
 				t.Fatalf("Dial: %v", err)
 			}
 			ike, child := in.Result()
@@ -222,14 +216,7 @@ func TestCharonWrongPSK(t *testing.T) {
 	ns := newNetnsPair(t)
 	ch := startCharon(t, ns.c, charonConf("aes256gcm16-prfsha256-x25519", "aes256gcm16", testPSK, "yes"))
 	c500, c4500 := listenPair(t, ns.k, netip.MustParseAddr("10.97.0.1"))
-	in, err := NewInitiator(testConfig("not-the-psk"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer in.Zero()
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	err = Dial(ctx, in, c500, c4500, DialOptions{Retransmit: Retransmit{Timeout: time.Second, Base: 1.5, Tries: 4}})
+	_, err := dialTest(t, testConfig("not-the-psk"), c500, c4500, charonRetransmit, nil)
 	var pe *PeerError
 	if !errors.As(err, &pe) || pe.Notify != wire.AUTHENTICATION_FAILED {
 		t.Fatalf("Dial: %v, want the peer's AUTHENTICATION_FAILED", err)

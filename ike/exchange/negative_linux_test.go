@@ -1,12 +1,10 @@
 package exchange
 
 import (
-	"context"
 	"errors"
 	"net/netip"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/keelinit/keel/ike/wire"
 )
@@ -39,14 +37,7 @@ func TestCharonNegative(t *testing.T) {
 			if tc.edit != nil {
 				tc.edit(&cfg)
 			}
-			in, err := NewInitiator(cfg)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer in.Zero()
-			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-			defer cancel()
-			err = Dial(ctx, in, c500, c4500, DialOptions{Retransmit: Retransmit{Timeout: time.Second, Base: 1.5, Tries: 4}})
+			_, err := dialTest(t, cfg, c500, c4500, charonRetransmit, nil)
 			var pe *PeerError
 			if !errors.As(err, &pe) || pe.Notify != tc.notify || pe.IKEEstablished != tc.ikeUp {
 				t.Fatalf("Dial: %v, want %v from the peer (IKE SA up: %v)", err, tc.notify, tc.ikeUp)

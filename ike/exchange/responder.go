@@ -227,30 +227,14 @@ func (r *Responder) handleInit(h wire.Header, raw []byte, local, remote netip.Ad
 		return nil, err
 	}
 	r.ni = append([]byte(nil), ni.Data...)
-	k, err := keys.DeriveIKE(suite, r.ni, r.nr, gir, r.spii, r.spir)
+	ike, err := newIKESA(suite, r.ni, r.nr, gir, r.spii, r.spir, false)
 	if err != nil {
 		return nil, err
 	}
-	ike := &IKESA{SPIi: r.spii, SPIr: r.spir, Suite: suite, Keys: k, Local: local, Remote: remote, LocalID: r.cfg.LocalID}
+	ike.Local, ike.Remote, ike.LocalID = local, remote, r.cfg.LocalID
 	r.ike = ike
-	if ike.Out, err = keys.NewProtector(suite, k.SKer, k.SKar); err != nil {
-		return nil, err
-	}
-	if ike.In, err = keys.NewProtector(suite, k.SKei, k.SKai); err != nil {
-		return nil, err
-	}
-	srcs := wire.Notifies(m.Payloads, wire.NAT_DETECTION_SOURCE_IP)
-	dst := wire.Notifies(m.Payloads, wire.NAT_DETECTION_DESTINATION_IP)
-	if len(srcs) > 0 && len(dst) > 0 {
-		ike.NATRemote = true
-		want := NATHash(r.spii, wire.SPI{}, remote)
-		for _, s := range srcs {
-			if bytes.Equal(s.Data, want) {
-				ike.NATRemote = false
-			}
-		}
-		ike.NATLocal = !bytes.Equal(dst[0].Data, NATHash(r.spii, wire.SPI{}, local))
-	}
+	// The request's hashes were made with a zero responder SPI.
+	ike.NATLocal, ike.NATRemote = detectNAT(m.Payloads, r.spii, wire.SPI{}, local, remote)
 	ike.Encap = ike.NATLocal || ike.NATRemote || r.cfg.ForceEncap
 	src := NATHash(r.spii, r.spir, local)
 	if r.cfg.ForceEncap {

@@ -68,13 +68,8 @@ func TestDialRetransmits(t *testing.T) {
 	srv := &Server{Config: rc}
 	sc, got := lossyResponder(t, srv, map[uint32]bool{0: true, 1: true})
 	ic, c := loopbackInitiator(t, sc)
-	in, err := NewInitiator(ic)
+	in, err := dialTest(t, ic, c, nil, Retransmit{Timeout: 100 * time.Millisecond, Base: 2, Tries: 3}, nil)
 	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if err := Dial(ctx, in, c, nil, DialOptions{Retransmit: Retransmit{Timeout: 100 * time.Millisecond, Base: 2, Tries: 3}}); err != nil {
 		t.Fatal(err)
 	}
 	if n := got.Load(); n != 4 {
@@ -91,14 +86,8 @@ func TestDialRetransmits(t *testing.T) {
 func TestDialGivesUp(t *testing.T) {
 	sc, got := lossyResponder(t, nil, nil)
 	ic, c := loopbackInitiator(t, sc)
-	in, err := NewInitiator(ic)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
 	start := time.Now()
-	err = Dial(ctx, in, c, nil, DialOptions{Retransmit: Retransmit{Timeout: 50 * time.Millisecond, Base: 2, Tries: 3}})
+	_, err := dialTest(t, ic, c, nil, Retransmit{Timeout: 50 * time.Millisecond, Base: 2, Tries: 3}, nil)
 	if !errors.Is(err, ErrTimeout) {
 		t.Fatalf("Dial: %v, want ErrTimeout", err)
 	}
@@ -113,4 +102,21 @@ func TestDialGivesUp(t *testing.T) {
 	if n := got.Load(); n != 4 {
 		t.Fatalf("peer received %d datagrams, want 1 + 3 retransmissions", n)
 	}
+}
+
+// charonRetransmit is the schedule of the tests against charon.
+var charonRetransmit = Retransmit{Timeout: time.Second, Base: 1.5, Tries: 4}
+
+// dialTest creates an Initiator for cfg (wiped at cleanup) and runs Dial
+// within 20 s.
+func dialTest(t *testing.T, cfg Config, c500, c4500 *net.UDPConn, rt Retransmit, observe func(bool, []byte)) (*Initiator, error) {
+	t.Helper()
+	in, err := NewInitiator(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(in.Zero)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	return in, Dial(ctx, in, c500, c4500, DialOptions{Retransmit: rt, Observe: observe})
 }

@@ -26,6 +26,28 @@ type IKESA struct {
 	NextID uint32
 }
 
+// newIKESA derives the keys of a new IKE SA and its SK protectors for the
+// initiator's or the responder's side.
+func newIKESA(s keys.Suite, ni, nr, gir []byte, spii, spir wire.SPI, initiator bool) (*IKESA, error) {
+	k, err := keys.DeriveIKE(s, ni, nr, gir, spii, spir)
+	if err != nil {
+		return nil, err
+	}
+	ike := &IKESA{SPIi: spii, SPIr: spir, Suite: s, Keys: k}
+	outE, outA, inE, inA := k.SKei, k.SKai, k.SKer, k.SKar
+	if !initiator {
+		outE, outA, inE, inA = inE, inA, outE, outA
+	}
+	if ike.Out, err = keys.NewProtector(s, outE, outA); err == nil {
+		ike.In, err = keys.NewProtector(s, inE, inA)
+	}
+	if err != nil {
+		ike.Zero()
+		return nil, err
+	}
+	return ike, nil
+}
+
 // Zero wipes every key of the IKE SA.
 func (s *IKESA) Zero() {
 	if s == nil {

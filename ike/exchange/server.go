@@ -5,8 +5,6 @@ import (
 	"errors"
 	"net"
 	"net/netip"
-	"sync"
-	"time"
 
 	"github.com/keelinit/keel/ike/wire"
 )
@@ -122,69 +120,8 @@ func (s *Server) Responders() []*Responder {
 // ctx ends. ESP arriving on c4500, if esp is set, is passed to it with
 // the sender's address; keepalives are dropped.
 func (s *Server) Serve(ctx context.Context, c500, c4500 *net.UDPConn, esp func(b []byte, from netip.AddrPort)) error {
-	type dgram struct {
-		b             []byte
-		local, remote netip.AddrPort
-		natt          bool
-	}
-	rx := make(chan dgram, 64)
-	var wg sync.WaitGroup
-	for _, c := range []*net.UDPConn{c500, c4500} {
-		if c == nil {
-			continue
-		}
-		natt := c == c4500
-		local := c.LocalAddr().(*net.UDPAddr).AddrPort()
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			buf := make([]byte, 65536)
-			for {
-				n, from, err := c.ReadFromUDPAddrPort(buf)
-				if err != nil {
-					if ctx.Err() != nil {
-						return
-					}
-					var ne net.Error
-					if errors.As(err, &ne) && ne.Timeout() {
-						return
-					}
-					continue
-				}
-				b := buf[:n]
-				if natt {
-					if n < 4 {
-						continue // a keepalive
-					}
-					if b[0]|b[1]|b[2]|b[3] != 0 {
-						if esp != nil {
-							esp(b, from)
-						}
-						continue
-					}
-					b = b[4:]
-				}
-				select {
-				case rx <- dgram{append([]byte(nil), b...), local, from, natt}:
-				case <-ctx.Done():
-					return
-				}
-			}
-		}()
-	}
-	defer func() {
-		for _, c := range []*net.UDPConn{c500, c4500} {
-			if c != nil {
-				c.SetReadDeadline(time.Unix(1, 0))
-			}
-		}
-		wg.Wait()
-		for _, c := range []*net.UDPConn{c500, c4500} {
-			if c != nil {
-				c.SetReadDeadline(time.Time{})
-			}
-		}
-	}()
+	rx := make(chan datagram, 64)
+	defer readIKE(ctx, c500, c4500, rx, esp)()
 	for {
 		select {
 		case <-ctx.Done():
@@ -200,11 +137,7 @@ func (s *Server) Serve(ctx context.Context, c500, c4500 *net.UDPConn, esp func(b
 			if s.Observe != nil {
 				s.Observe(true, reply)
 			}
-			if d.natt {
-				c4500.WriteToUDPAddrPort(append(make([]byte, 4, 4+len(reply)), reply...), d.remote)
-			} else {
-				c500.WriteToUDPAddrPort(reply, d.remote)
-			}
+			sendIKE(c500, c4500, d.natt, reply, d.remote)
 		}
 	}
 }

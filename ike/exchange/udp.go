@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
-	"sync"
 	"time"
 )
 
@@ -37,12 +36,6 @@ type DialOptions struct {
 	Observe func(out bool, msg []byte)
 }
 
-type datagram struct {
-	b    []byte
-	from netip.AddrPort
-	natt bool
-}
-
 // Dial runs in to completion over c500 (bound to Config.Local) and, after
 // a float, c4500 (bound to Config.Local's address, port 4500, where IKE
 // messages carry the four-octet non-ESP marker). It returns nil once in is
@@ -51,61 +44,8 @@ func Dial(ctx context.Context, in *Initiator, c500, c4500 *net.UDPConn, o DialOp
 	if o.Retransmit.Tries == 0 {
 		o.Retransmit = DefaultRetransmit
 	}
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
 	rx := make(chan datagram, 16)
-	var wg sync.WaitGroup
-	for _, c := range []*net.UDPConn{c500, c4500} {
-		if c == nil {
-			continue
-		}
-		natt := c == c4500
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			buf := make([]byte, 65536)
-			for {
-				n, from, err := c.ReadFromUDPAddrPort(buf)
-				if err != nil {
-					if ctx.Err() != nil {
-						return
-					}
-					var ne net.Error
-					if errors.As(err, &ne) && ne.Timeout() {
-						return
-					}
-					continue
-				}
-				b := buf[:n]
-				if natt {
-					// Non-ESP marker: IKE. A keepalive (0xff) or ESP is not ours.
-					if n < 4 || b[0]|b[1]|b[2]|b[3] != 0 {
-						continue
-					}
-					b = b[4:]
-				}
-				select {
-				case rx <- datagram{append([]byte(nil), b...), from, natt}:
-				case <-ctx.Done():
-					return
-				}
-			}
-		}()
-	}
-	defer func() {
-		cancel()
-		for _, c := range []*net.UDPConn{c500, c4500} {
-			if c != nil {
-				c.SetReadDeadline(time.Unix(1, 0))
-			}
-		}
-		wg.Wait()
-		for _, c := range []*net.UDPConn{c500, c4500} {
-			if c != nil {
-				c.SetReadDeadline(time.Time{})
-			}
-		}
-	}()
+	defer readIKE(ctx, c500, c4500, rx, nil)()
 
 	req, err := in.Start()
 	if err != nil {
@@ -117,13 +57,7 @@ func Dial(ctx context.Context, in *Initiator, c500, c4500 *net.UDPConn, o DialOp
 		if o.Observe != nil {
 			o.Observe(true, req)
 		}
-		if !float {
-			_, err := c500.WriteToUDPAddrPort(req, remote)
-			return err
-		}
-		b := append(make([]byte, 4, 4+len(req)), req...)
-		_, err := c4500.WriteToUDPAddrPort(b, remote)
-		return err
+		return sendIKE(c500, c4500, float, req, remote)
 	}
 	tries, wait := 0, o.Retransmit.Timeout
 	if err := send(); err != nil {
@@ -145,7 +79,7 @@ func Dial(ctx context.Context, in *Initiator, c500, c4500 *net.UDPConn, o DialOp
 			}
 			timer.Reset(wait)
 		case d := <-rx:
-			if d.from.Addr().Unmap() != remote.Addr().Unmap() || d.natt != float {
+			if d.remote.Addr().Unmap() != remote.Addr().Unmap() || d.natt != float {
 				continue
 			}
 			if o.Observe != nil {
