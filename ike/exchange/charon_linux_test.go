@@ -17,6 +17,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/keelinit/keel/internal/testenv"
 )
 
 // This file runs strongSwan's charon in a network namespace with a private
@@ -25,24 +27,28 @@ import (
 
 const charonBin = "/usr/lib/ipsec/charon"
 
-// requireTool fails under CI=true and skips otherwise when a tool is missing.
+// requireTool ends the test through internal/testenv (skip, or fail under
+// CI=true) unless it runs as root with /dev/net/tun and every tool.
 func requireTool(t *testing.T, tools ...string) {
 	t.Helper()
-	missing := func(format string, args ...any) {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf(format, args...)
-		}
-		t.Skipf(format, args...)
-	}
 	if os.Geteuid() != 0 {
-		missing("needs root (network and mount namespaces)")
+		testenv.Missing(t, "needs root (network and mount namespaces)")
 	}
 	if _, err := os.Stat("/dev/net/tun"); err != nil {
-		missing("no /dev/net/tun (charon's kernel-libipsec needs it)")
+		testenv.Missing(t, "no /dev/net/tun (charon's kernel-libipsec needs it)")
 	}
 	for _, tool := range tools {
-		if _, err := exec.LookPath(tool); err != nil {
-			missing("%s not installed (apt-get install strongswan-charon strongswan-swanctl libcharon-extra-plugins libstrongswan-extra-plugins)", tool)
+		switch tool {
+		case charonBin:
+			if _, err := os.Stat(charonBin); err != nil {
+				testenv.Missing(t, "%s not installed (Debian strongswan-charon libcharon-extra-plugins libstrongswan-extra-plugins)", charonBin)
+			}
+		case "swanctl":
+			testenv.Tool(t, tool, "strongswan-swanctl")
+		case "nsenter", "unshare":
+			testenv.Tool(t, tool, "util-linux")
+		default:
+			testenv.Tools(t, tool)
 		}
 	}
 }
