@@ -439,3 +439,21 @@ func (in *Initiator) childFrom(ps []wire.Payload) (*ChildSA, error) {
 		LocalTS: tsi.Selectors, RemoteTS: tsr.Selectors, Local: in.ike.Local, Remote: in.ike.Remote, Encap: in.ike.Encap}
 	return c, nil
 }
+
+// DeleteRequest returns an INFORMATIONAL request deleting the IKE SA
+// (§1.4.1), for an IKE SA that is authenticated but will not be used (its
+// first CHILD_SA failed), or nil if there is no authenticated IKE SA. The
+// request takes the next message ID.
+func (in *Initiator) DeleteRequest() ([]byte, error) {
+	if in.ike == nil || in.ike.NextID < 2 || in.ike.Out == nil {
+		return nil, nil
+	}
+	h := wire.Header{SPIi: in.spii, SPIr: in.spir, Version: wire.Version20, Exchange: wire.INFORMATIONAL,
+		Flags: wire.FlagInitiator, MessageID: in.ike.NextID}
+	b, err := in.ike.Out.SealMessage(h, []wire.Payload{&wire.Delete{Protocol: wire.ProtoIKE}})
+	if err != nil {
+		return nil, err
+	}
+	in.ike.NextID++
+	return b, nil
+}

@@ -89,6 +89,15 @@ func Dial(ctx context.Context, in *Initiator, c500, c4500 *net.UDPConn, o DialOp
 			if errors.Is(err, ErrIgnored) {
 				continue
 			}
+			var pe *PeerError
+			if errors.As(err, &pe) && pe.IKEEstablished {
+				// Only the CHILD_SA failed: the IKE SA is not kept, so the
+				// peer is told (one try; the error stays the peer's).
+				if del, derr := in.DeleteRequest(); derr == nil && del != nil {
+					req = del
+					send()
+				}
+			}
 			if err != nil {
 				return err
 			}
