@@ -65,7 +65,8 @@ func loopbackInitiator(t *testing.T, server *net.UDPConn) (Config, *net.UDPConn)
 // responder saw exactly four requests.
 func TestDialRetransmits(t *testing.T) {
 	_, rc := pairConfigs("shared-secret-of-i-and-r")
-	srv := &Server{Config: rc}
+	est := make(chan *ChildSA, 1)
+	srv := &Server{Config: rc, OnEstablished: func(_ *IKESA, c *ChildSA) { est <- c }}
 	sc, got := lossyResponder(t, srv, map[uint32]bool{0: true, 1: true})
 	ic, c := loopbackInitiator(t, sc)
 	in, err := dialTest(t, ic, c, nil, Retransmit{Timeout: 100 * time.Millisecond, Base: 2, Tries: 3}, nil)
@@ -75,8 +76,13 @@ func TestDialRetransmits(t *testing.T) {
 	if n := got.Load(); n != 4 {
 		t.Fatalf("responder received %d requests, want 4", n)
 	}
-	if !in.Done() || len(srv.Responders()) != 1 || !srv.Responders()[0].Done() {
-		t.Fatal("not established on both sides")
+	select {
+	case c := <-est:
+		if _, ic := in.Result(); !in.Done() || c == nil || c.InSPI != ic.OutSPI {
+			t.Fatal("not established on both sides")
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the responder did not establish")
 	}
 }
 
