@@ -7,49 +7,28 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/keelinit/keel/services"
 )
 
 // holdUDP binds UDP port (IPv4 and IPv6) in namespace ns until the
-// returned function is called (or the test ends). The socket is made on a thread moved into ns; that thread stays
-// locked to its goroutine and exits with it, so no other goroutine runs
-// in ns.
+// returned function is called (or the test ends). The socket is made by
+// inNamespace, on a thread that comes back to the test's namespace.
 func holdUDP(t *testing.T, ns string, port int) (release func()) {
 	t.Helper()
-	type res struct {
-		c   net.PacketConn
-		err error
+	var c net.PacketConn
+	if err := inNamespace(ns, func() (err error) {
+		c, err = net.ListenPacket("udp", fmt.Sprintf(":%d", port))
+		return err
+	}); err != nil {
+		t.Fatal(err)
 	}
-	ch := make(chan res, 1)
-	go func() {
-		runtime.LockOSThread() // never unlocked: the thread dies with the goroutine
-		f, err := os.Open(filepath.Join("/run/netns", ns))
-		if err != nil {
-			ch <- res{err: err}
-			return
-		}
-		defer f.Close()
-		if err := unix.Setns(int(f.Fd()), unix.CLONE_NEWNET); err != nil {
-			ch <- res{err: fmt.Errorf("setns %s: %w", ns, err)}
-			return
-		}
-		c, err := net.ListenPacket("udp", fmt.Sprintf(":%d", port))
-		ch <- res{c, err}
-	}()
-	r := <-ch
-	if r.err != nil {
-		t.Fatal(r.err)
-	}
-	t.Cleanup(func() { r.c.Close() })
-	return func() { r.c.Close() }
+	t.Cleanup(func() { c.Close() })
+	return func() { c.Close() }
 }
 
 // keelctlErr runs keelctl against s's keeld and returns its combined
