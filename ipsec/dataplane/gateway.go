@@ -186,7 +186,13 @@ func Start(ctx context.Context, eng *ipsec.Engine, cfg Config) (*Gateway, error)
 		t.Close()
 		return nil, err
 	}
-	return New(eng, t, o, cfg)
+	g, err := New(eng, t, o, cfg)
+	if err != nil {
+		o.Close()
+		t.Close()
+		return nil, err
+	}
+	return g, nil
 }
 
 // Routes returns the prefixes Start routes into the TUN: cfg.Routes
