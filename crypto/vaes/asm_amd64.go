@@ -1,0 +1,30 @@
+package vaes
+
+// hasAsm: the assembly exists for this GOARCH.
+const hasAsm = true
+
+// Implemented in gcm_amd64.s.
+
+// subWord returns FIPS-197 SubWord of x (bytes in little-endian order).
+//
+//go:noescape
+func subWord(x uint32) uint32
+
+// ctrBlocks sets dst[i] = src[i] XOR E(K, ctr+i) for n whole blocks and
+// advances ctr by n (inc32). rk points at rounds+1 lane-doubled round keys.
+//
+//go:noescape
+func ctrBlocks(rk *byte, rounds int, ctr *[16]byte, dst, src *byte, n int)
+
+// ghashInit fills pow with H^8..H^1 in the form ghashBlocks expects.
+//
+//go:noescape
+func ghashInit(pow *[128]byte, h *[16]byte)
+
+// ghashBlocks absorbs n whole blocks at data into the GHASH state y.
+//
+//go:noescape
+func ghashBlocks(pow *[128]byte, y *[16]byte, data *byte, n int)
+
+// cpuid7ecx returns CPUID.(EAX=7,ECX=0):ECX.
+func cpuid7ecx() uint32

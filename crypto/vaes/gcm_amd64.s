@@ -1,0 +1,391 @@
+// AES-GCM primitives with VAES and VPCLMULQDQ on 256-bit registers
+// (AVX2 encoding), two AES blocks per YMM register.
+//
+// Written for Keel from the published algorithms:
+//   - AES rounds: FIPS-197 with the AES-NI instructions (Intel SDM, VAESENC
+//     and VAESENCLAST with VEX.256 operate on each 128-bit lane).
+//   - GHASH: Gueron and Kounavis, "Intel Carry-Less Multiplication
+//     Instruction and its Usage for Computing the GCM Mode": blocks are
+//     byte-reflected, H is pre-multiplied by x (H<<1 mod P) so that the
+//     carry-less product needs no 1-bit shift, and the 256-bit product is
+//     reduced modulo x^128+x^127+x^126+x^121+1 in two folding steps, each
+//     one carry-less multiplication by the constant 0xC2<<56.
+//   - Aggregated reduction (same paper, and Drucker, Gueron, Krasnov,
+//     "Making AES great again"): eight blocks are multiplied by H^8..H^1,
+//     the unreduced products are summed and reduced once.
+//
+// Nothing here branches on or indexes memory by key, data, keystream or
+// tag: loops and branches depend only on the block count and the number of
+// rounds, which are public.
+//
+// Calling convention: ABI0, arguments on the stack; every register used is
+// caller-saved under ABI0 (the compiler restores X15 and R14 after an ABI0
+// call). VZEROUPPER before each return avoids AVX-SSE transition stalls in
+// the caller.
+
+#include "textflag.h"
+
+// bswapMask reverses the bytes of each 128-bit lane (VPSHUFB).
+DATA bswapMask<>+0x00(SB)/8, $0x08090a0b0c0d0e0f
+DATA bswapMask<>+0x08(SB)/8, $0x0001020304050607
+DATA bswapMask<>+0x10(SB)/8, $0x08090a0b0c0d0e0f
+DATA bswapMask<>+0x18(SB)/8, $0x0001020304050607
+GLOBL bswapMask<>(SB), (NOPTR+RODATA), $32
+
+// gcmPoly is the reflected GHASH reduction constant, in both lanes: the
+// high qword 0xC2<<56 is the folding multiplier; the whole value is what
+// H<<1 is reduced by when its top bit was set.
+DATA gcmPoly<>+0x00(SB)/8, $0x0000000000000001
+DATA gcmPoly<>+0x08(SB)/8, $0xc200000000000000
+DATA gcmPoly<>+0x10(SB)/8, $0x0000000000000001
+DATA gcmPoly<>+0x18(SB)/8, $0xc200000000000000
+GLOBL gcmPoly<>(SB), (NOPTR+RODATA), $32
+
+// Counter increments on byte-reversed counter blocks, where the 32-bit
+// big-endian block counter is the low dword of each lane: VPADDD then
+// wraps modulo 2^32 without carrying into the nonce (GCM's inc32).
+DATA ctrLanes<>+0x00(SB)/8, $0
+DATA ctrLanes<>+0x08(SB)/8, $0
+DATA ctrLanes<>+0x10(SB)/8, $1
+DATA ctrLanes<>+0x18(SB)/8, $0
+GLOBL ctrLanes<>(SB), (NOPTR+RODATA), $32
+
+DATA ctrTwo<>+0x00(SB)/8, $2
+DATA ctrTwo<>+0x08(SB)/8, $0
+DATA ctrTwo<>+0x10(SB)/8, $2
+DATA ctrTwo<>+0x18(SB)/8, $0
+GLOBL ctrTwo<>(SB), (NOPTR+RODATA), $32
+
+DATA ctrOne<>+0x00(SB)/8, $1
+DATA ctrOne<>+0x08(SB)/8, $0
+DATA ctrOne<>+0x10(SB)/8, $1
+DATA ctrOne<>+0x18(SB)/8, $0
+GLOBL ctrOne<>(SB), (NOPTR+RODATA), $32
+
+// func subWord(x uint32) uint32
+//
+// FIPS-197 SubWord through the AES unit: with the word broadcast to all
+// four columns, ShiftRows is the identity, so AESENCLAST with a zero round
+// key is SubBytes of each byte.
+TEXT ·subWord(SB), NOSPLIT, $0-12
+	MOVL   x+0(FP), AX
+	MOVQ   AX, X0
+	PSHUFD $0, X0, X0
+	PXOR   X1, X1
+	AESENCLAST X1, X0
+	MOVQ   X0, AX
+	MOVL   AX, ret+8(FP)
+	RET
+
+// AES rounds on four YMM registers (eight blocks), round key loaded from
+// off(AX) (each round key is stored twice, once per lane).
+#define ROUND4(off) \
+	VMOVDQU off(AX), Y8 \
+	VAESENC Y8, Y0, Y0  \
+	VAESENC Y8, Y1, Y1  \
+	VAESENC Y8, Y2, Y2  \
+	VAESENC Y8, Y3, Y3
+
+#define ROUND1(off) \
+	VMOVDQU off(AX), Y8 \
+	VAESENC Y8, Y0, Y0
+
+// ENC2 encrypts the two byte-reversed counter blocks in Y0 (result in
+// Y0) with the round keys at AX, R8 rounds, last key at R9; Y15 is the
+// byte-reversal mask. Clobbers Y8. lbl names the jump target that skips
+// the AES-256 rounds.
+#define ENC2(lbl) \
+	VPSHUFB Y15, Y0, Y0 \
+	VPXOR   (AX), Y0, Y0 \
+	ROUND1(32)  \
+	ROUND1(64)  \
+	ROUND1(96)  \
+	ROUND1(128) \
+	ROUND1(160) \
+	ROUND1(192) \
+	ROUND1(224) \
+	ROUND1(256) \
+	ROUND1(288) \
+	CMPQ R8, $10 \
+	JE   lbl \
+	ROUND1(320) \
+	ROUND1(352) \
+	ROUND1(384) \
+	ROUND1(416) \
+lbl: \
+	VMOVDQU (R9), Y8 \
+	VAESENCLAST Y8, Y0, Y0
+
+// func ctrBlocks(rk *byte, rounds int, ctr *[16]byte, dst, src *byte, n int)
+//
+// CTR mode over n whole blocks: dst[i] = src[i] XOR E(K, ctr+i), with the
+// low 32 bits of ctr incremented big-endian modulo 2^32 (inc32). ctr is
+// left at ctr+n. rk holds rounds+1 round keys of 32 bytes each (a round
+// key in both lanes). dst and src are equal or do not overlap.
+TEXT ·ctrBlocks(SB), NOSPLIT, $0-48
+	MOVQ rk+0(FP), AX
+	MOVQ rounds+8(FP), R8
+	MOVQ ctr+16(FP), BX
+	MOVQ dst+24(FP), DI
+	MOVQ src+32(FP), SI
+	MOVQ n+40(FP), CX
+
+	MOVQ R8, R9
+	SHLQ $5, R9
+	ADDQ AX, R9               // R9 = last round key
+
+	VMOVDQU bswapMask<>(SB), Y15
+	VMOVDQU ctrTwo<>(SB), Y14
+	VBROADCASTI128 (BX), Y12
+	VPSHUFB Y15, Y12, Y12
+	VPADDD  ctrLanes<>(SB), Y12, Y12 // lanes: ctr, ctr+1
+
+ctr8:
+	CMPQ CX, $8
+	JB   ctr2
+	VMOVDQU Y12, Y0
+	VPADDD  Y14, Y0, Y1
+	VPADDD  Y14, Y1, Y2
+	VPADDD  Y14, Y2, Y3
+	VPADDD  Y14, Y3, Y12
+	VMOVDQU (AX), Y8
+	VPSHUFB Y15, Y0, Y0
+	VPSHUFB Y15, Y1, Y1
+	VPSHUFB Y15, Y2, Y2
+	VPSHUFB Y15, Y3, Y3
+	VPXOR   Y8, Y0, Y0
+	VPXOR   Y8, Y1, Y1
+	VPXOR   Y8, Y2, Y2
+	VPXOR   Y8, Y3, Y3
+	ROUND4(32)
+	ROUND4(64)
+	ROUND4(96)
+	ROUND4(128)
+	ROUND4(160)
+	ROUND4(192)
+	ROUND4(224)
+	ROUND4(256)
+	ROUND4(288)
+	CMPQ R8, $10
+	JE   ctr8last
+	ROUND4(320)
+	ROUND4(352)
+	ROUND4(384)
+	ROUND4(416)
+
+ctr8last:
+	VMOVDQU (R9), Y8
+	VAESENCLAST Y8, Y0, Y0
+	VAESENCLAST Y8, Y1, Y1
+	VAESENCLAST Y8, Y2, Y2
+	VAESENCLAST Y8, Y3, Y3
+	VPXOR   (SI), Y0, Y0
+	VPXOR   32(SI), Y1, Y1
+	VPXOR   64(SI), Y2, Y2
+	VPXOR   96(SI), Y3, Y3
+	VMOVDQU Y0, (DI)
+	VMOVDQU Y1, 32(DI)
+	VMOVDQU Y2, 64(DI)
+	VMOVDQU Y3, 96(DI)
+	ADDQ $128, SI
+	ADDQ $128, DI
+	SUBQ $8, CX
+	JMP  ctr8
+
+ctr2:
+	CMPQ CX, $2
+	JB   ctr1
+	VMOVDQU Y12, Y0
+	VPADDD  Y14, Y12, Y12
+	ENC2(ctr2last)
+	VPXOR   (SI), Y0, Y0
+	VMOVDQU Y0, (DI)
+	ADDQ $32, SI
+	ADDQ $32, DI
+	SUBQ $2, CX
+	JMP  ctr2
+
+ctr1:
+	TESTQ CX, CX
+	JZ    ctrDone
+	VMOVDQU Y12, Y0
+	VPADDD  ctrOne<>(SB), Y12, Y12
+	ENC2(ctr1last)
+	VPXOR   (SI), X0, X0
+	VMOVDQU X0, (DI)
+
+ctrDone:
+	VPSHUFB X15, X12, X12
+	VMOVDQU X12, (BX)
+	VZEROUPPER
+	RET
+
+// REDUCE folds the 256-bit product hi:lo (lo in L, hi in H, 128-bit X
+// registers) modulo the GHASH polynomial into L, with P holding gcmPoly:
+// twice, multiply the low qword by 0xC2<<56 and add it to the qword-swapped
+// value; then add hi. T is a temporary.
+#define REDUCE(L, H, P, T) \
+	VPCLMULQDQ $0x10, P, L, T \
+	VPSHUFD    $0x4e, L, L    \
+	VPXOR      T, L, L        \
+	VPCLMULQDQ $0x10, P, L, T \
+	VPSHUFD    $0x4e, L, L    \
+	VPXOR      T, L, L        \
+	VPXOR      H, L, L
+
+// MULACC multiplies the (byte-reflected) blocks in A by the powers in B,
+// lane by lane, and adds the partial products into LO, HI and MID
+// (schoolbook: four carry-less products per lane). A is clobbered; T is a
+// temporary. Works on X or Y registers.
+#define MULACC(A, B, LO, HI, MID, T) \
+	VPCLMULQDQ $0x00, B, A, T \
+	VPXOR      T, LO, LO      \
+	VPCLMULQDQ $0x11, B, A, T \
+	VPXOR      T, HI, HI      \
+	VPCLMULQDQ $0x01, B, A, T \
+	VPXOR      T, MID, MID    \
+	VPCLMULQDQ $0x10, B, A, T \
+	VPXOR      T, MID, MID
+
+// MULFIRST is MULACC into fresh LO, HI and MID.
+#define MULFIRST(A, B, LO, HI, MID, T) \
+	VPCLMULQDQ $0x00, B, A, LO \
+	VPCLMULQDQ $0x11, B, A, HI \
+	VPCLMULQDQ $0x01, B, A, MID \
+	VPCLMULQDQ $0x10, B, A, T  \
+	VPXOR      T, MID, MID
+
+// MIDFOLD adds the 128-bit middle product MID (bits 64..191) into LO and HI.
+#define MIDFOLD(LO, HI, MID, T) \
+	VPSLLDQ $8, MID, T   \
+	VPSRLDQ $8, MID, MID \
+	VPXOR   T, LO, LO    \
+	VPXOR   MID, HI, HI
+
+// func ghashInit(pow *[128]byte, h *[16]byte)
+//
+// pow = H^8, H^7, ..., H^1 (16 bytes each, byte-reflected and multiplied by
+// x as the multiplication above expects), from H = E(K, 0^128).
+TEXT ·ghashInit(SB), NOSPLIT, $0-16
+	MOVQ pow+0(FP), DI
+	MOVQ h+8(FP), SI
+	VMOVDQU gcmPoly<>(SB), X14
+	VMOVDQU (SI), X0
+	VPSHUFB bswapMask<>(SB), X0, X0
+	// H<<1 mod P, without a branch on H's top bit: the mask is all ones
+	// exactly when it is set.
+	VPSHUFD $0xff, X0, X1
+	VPSRAD  $31, X1, X1
+	VPAND   X14, X1, X1
+	VPSRLQ  $63, X0, X2
+	VPSLLDQ $8, X2, X2
+	VPSLLQ  $1, X0, X0
+	VPXOR   X2, X0, X0
+	VPXOR   X1, X0, X0
+	VMOVDQU X0, 112(DI)
+	VMOVDQU X0, X3
+	MOVQ $96, CX
+
+powLoop:
+	VMOVDQU X3, X4
+	MULFIRST(X4, X0, X5, X6, X7, X8)
+	MIDFOLD(X5, X6, X7, X8)
+	REDUCE(X5, X6, X14, X8)
+	VMOVDQU X5, X3
+	VMOVDQU X3, (DI)(CX*1)
+	SUBQ $16, CX
+	JAE  powLoop
+	VZEROUPPER
+	RET
+
+// func ghashBlocks(pow *[128]byte, y *[16]byte, data *byte, n int)
+//
+// Absorbs n whole 16-byte blocks into the GHASH state y (kept
+// byte-reflected between calls): eight blocks at a time with one reduction,
+// then the remaining n mod 8 blocks the same way with the matching lower
+// powers.
+TEXT ·ghashBlocks(SB), NOSPLIT, $0-32
+	MOVQ pow+0(FP), DI
+	MOVQ y+8(FP), BX
+	MOVQ data+16(FP), SI
+	MOVQ n+24(FP), CX
+
+	VMOVDQU bswapMask<>(SB), Y15
+	VMOVDQU gcmPoly<>(SB), Y14
+	VMOVDQU (BX), X0 // upper lane zero
+
+gh8:
+	CMPQ CX, $8
+	JB   ghTail
+	VMOVDQU (SI), Y1
+	VPSHUFB Y15, Y1, Y1
+	VPXOR   Y0, Y1, Y1
+	MULFIRST(Y1, (DI), Y3, Y4, Y5, Y6)
+	VMOVDQU 32(SI), Y1
+	VPSHUFB Y15, Y1, Y1
+	MULACC(Y1, 32(DI), Y3, Y4, Y5, Y6)
+	VMOVDQU 64(SI), Y1
+	VPSHUFB Y15, Y1, Y1
+	MULACC(Y1, 64(DI), Y3, Y4, Y5, Y6)
+	VMOVDQU 96(SI), Y1
+	VPSHUFB Y15, Y1, Y1
+	MULACC(Y1, 96(DI), Y3, Y4, Y5, Y6)
+	VEXTRACTI128 $1, Y3, X6
+	VPXOR X6, X3, X3
+	VEXTRACTI128 $1, Y4, X6
+	VPXOR X6, X4, X4
+	VEXTRACTI128 $1, Y5, X6
+	VPXOR X6, X5, X5
+	MIDFOLD(X3, X4, X5, X6)
+	REDUCE(X3, X4, X14, X6)
+	VMOVDQU X3, X0
+	ADDQ $128, SI
+	SUBQ $8, CX
+	JMP  gh8
+
+ghTail:
+	TESTQ CX, CX
+	JZ    ghDone
+	// Block j of the n left is multiplied by H^(n-j), at pow[8-n+j].
+	MOVQ $8, DX
+	SUBQ CX, DX
+	SHLQ $4, DX
+	ADDQ DI, DX
+	VMOVDQU (SI), X1
+	VPSHUFB X15, X1, X1
+	VPXOR   X0, X1, X1
+	MULFIRST(X1, (DX), X3, X4, X5, X6)
+	ADDQ $16, SI
+	ADDQ $16, DX
+	DECQ CX
+
+ghTailLoop:
+	JZ ghTailReduce
+	VMOVDQU (SI), X1
+	VPSHUFB X15, X1, X1
+	MULACC(X1, (DX), X3, X4, X5, X6)
+	ADDQ $16, SI
+	ADDQ $16, DX
+	DECQ CX
+	JMP  ghTailLoop
+
+ghTailReduce:
+	MIDFOLD(X3, X4, X5, X6)
+	REDUCE(X3, X4, X14, X6)
+	VMOVDQU X3, X0
+
+ghDone:
+	VMOVDQU X0, (BX)
+	VZEROUPPER
+	RET
+
+// func cpuid7ecx() uint32
+//
+// CPUID leaf 7 subleaf 0, register ECX (VAES is bit 9, VPCLMULQDQ bit 10).
+// The caller checks that leaf 7 exists (x/sys/cpu's HasAVX2 implies it).
+TEXT ·cpuid7ecx(SB), NOSPLIT, $0-4
+	MOVL $7, AX
+	MOVL $0, CX
+	CPUID
+	MOVL CX, ret+0(FP)
+	RET
