@@ -4,7 +4,6 @@ import (
 	"crypto/cipher"
 	"crypto/subtle"
 	"encoding/binary"
-	"errors"
 	"fmt"
 	"math/bits"
 
@@ -21,8 +20,6 @@ const (
 // maxPlaintext is GCM's limit for one message with a 96-bit nonce
 // (2^32 - 2 blocks, SP 800-38D section 5.2.1.1).
 const maxPlaintext = (1<<32 - 2) * 16
-
-var errOpen = errors.New("vaes: message authentication failed")
 
 // gcm is AES-GCM with a 12-byte nonce and a 16-byte tag. Its state is
 // read-only after newGCM, so one value may be used from several goroutines.
