@@ -28,3 +28,7 @@ func ghashBlocks(pow *[128]byte, y *[16]byte, data *byte, n int)
 
 // cpuid7ecx returns CPUID.(EAX=7,ECX=0):ECX.
 func cpuid7ecx() uint32
+
+// spinAdds runs 8n dependent additions (8n cycles), n > 0; the benchmarks time it
+// to measure the clock.
+func spinAdds(n int)

@@ -389,3 +389,25 @@ TEXT ·cpuid7ecx(SB), NOSPLIT, $0-4
 	CPUID
 	MOVL CX, ret+0(FP)
 	RET
+
+// func spinAdds(n int)
+//
+// Runs 8n dependent 64-bit additions, one cycle each on every x86-64 core
+// (latency 1): the benchmarks time it to measure the core clock, for
+// cycles per byte. Not used by the cipher.
+TEXT ·spinAdds(SB), NOSPLIT, $0-8
+	MOVQ n+0(FP), CX
+	XORQ AX, AX
+
+spin:
+	ADDQ $1, AX
+	ADDQ $1, AX
+	ADDQ $1, AX
+	ADDQ $1, AX
+	ADDQ $1, AX
+	ADDQ $1, AX
+	ADDQ $1, AX
+	ADDQ $1, AX
+	DECQ CX
+	JNZ  spin
+	RET
