@@ -16,15 +16,16 @@ func subWord(x uint32) uint32
 //go:noescape
 func ctrBlocks(rk *byte, rounds int, ctr *[16]byte, dst, src *byte, n int)
 
-// ghashInit fills pow with H^8..H^1 in the form ghashBlocks expects.
+// ghashInit fills pow with H^8..H^1 in the form ghashBlocks expects, then
+// their Karatsuba table (lo XOR hi of each).
 //
 //go:noescape
-func ghashInit(pow *[128]byte, h *[16]byte)
+func ghashInit(pow *[256]byte, h *[16]byte)
 
 // ghashBlocks absorbs n whole blocks at data into the GHASH state y.
 //
 //go:noescape
-func ghashBlocks(pow *[128]byte, y *[16]byte, data *byte, n int)
+func ghashBlocks(pow *[256]byte, y *[16]byte, data *byte, n int)
 
 // cpuid7ecx returns CPUID.(EAX=7,ECX=0):ECX.
 func cpuid7ecx() uint32
@@ -32,3 +33,9 @@ func cpuid7ecx() uint32
 // spinAdds runs 8n dependent additions (8n cycles), n > 0; the benchmarks time it
 // to measure the clock.
 func spinAdds(n int)
+
+// gcmSeal is Seal's whole computation (see gcm_amd64.s) over n whole
+// blocks at src, the state and tail in st.
+//
+//go:noescape
+func gcmSeal(k *gcm, st *sealState, dst, src *byte, n, aadInline, tailLen int)

@@ -26,7 +26,7 @@ const maxPlaintext = (1<<32 - 2) * 16
 type gcm struct {
 	rk     [15 * 32]byte // round keys, each in both 128-bit lanes
 	rounds int           // 10 or 14
-	pow    [128]byte     // H^8..H^1 for ghashBlocks
+	pow    [256]byte     // H^8..H^1 for ghashBlocks, then their Karatsuba lo^hi
 }
 
 // newGCM returns AES-GCM for a 16 or 32-byte key. It requires the CPU
@@ -109,11 +109,41 @@ func (g *gcm) Seal(dst, nonce, plaintext, additionalData []byte) []byte {
 	}
 	n := len(plaintext)
 	ret, out := alias.AEADOutput("vaes", dst, n+TagSize, plaintext, additionalData)
-	var ctr, mask [16]byte
-	g.start(&ctr, &mask, nonce)
-	g.ctr(&ctr, out[:n], plaintext)
-	g.tag(out[n:], &mask, additionalData, out[:n])
+	var st sealState
+	copy(st.ctr[:NonceSize], nonce)
+	st.ctr[15] = 1
+	aadInline := 0
+	if len(additionalData) <= 16 {
+		// ESP's 8 or 12 bytes: hashed inside gcmSeal.
+		copy(st.aad[:], additionalData)
+		aadInline = (len(additionalData) + 15) >> 4
+	} else {
+		g.ghash(&st.y, additionalData)
+	}
+	binary.BigEndian.PutUint64(st.lens[:8], uint64(len(additionalData))*8)
+	binary.BigEndian.PutUint64(st.lens[8:], uint64(n)*8)
+	full := n &^ 15
+	copy(st.tail[:], plaintext[full:])
+	var src, dstp *byte
+	if full > 0 {
+		src, dstp = &plaintext[0], &out[0]
+	}
+	gcmSeal(g, &st, dstp, src, full/16, aadInline, n-full)
+	copy(out[full:n], st.tail[:])
+	copy(out[n:], st.tag[:])
+	clear(st.tail[:])
 	return ret
+}
+
+// sealState is gcmSeal's block-sized input and output (field offsets
+// reach the assembly through go_asm.h).
+type sealState struct {
+	ctr  [16]byte // in: J0 = nonce || 1
+	y    [16]byte // in: GHASH state (of AAD longer than 16 bytes)
+	aad  [16]byte // in: AAD of up to 16 bytes, zero-padded
+	tail [16]byte // in: plaintext after the whole blocks, zero-padded; out: its ciphertext
+	lens [16]byte // in: the GHASH length block
+	tag  [16]byte // out
 }
 
 // Open implements cipher.AEAD: it authenticates ciphertext (whose last 16

@@ -23,6 +23,7 @@
 // call). VZEROUPPER before each return avoids AVX-SSE transition stalls in
 // the caller.
 
+#include "go_asm.h"
 #include "textflag.h"
 
 // bswapMask reverses the bytes of each 128-bit lane (VPSHUFB).
@@ -262,7 +263,36 @@ ctrDone:
 	VPXOR   T, LO, LO    \
 	VPXOR   MID, HI, HI
 
-// func ghashInit(pow *[128]byte, h *[16]byte)
+// KMULACC is MULACC with Karatsuba's three products per lane: lo, hi and
+// (a.lo^a.hi)(b.lo^b.hi), BK holding b.lo^b.hi in each qword (the
+// table after the powers). The middle sums become the real middle product
+// in KMIDFOLD. A is clobbered; T is a temporary.
+#define KMULACC(A, B, BK, LO, HI, MID, T) \
+	VPCLMULQDQ $0x00, B, A, T \
+	VPXOR      T, LO, LO      \
+	VPCLMULQDQ $0x11, B, A, T \
+	VPXOR      T, HI, HI      \
+	VPSHUFD    $0x4e, A, T    \
+	VPXOR      T, A, A        \
+	VPCLMULQDQ $0x00, BK, A, A \
+	VPXOR      A, MID, MID
+
+// KMULFIRST is KMULACC into fresh LO, HI and MID.
+#define KMULFIRST(A, B, BK, LO, HI, MID, T) \
+	VPCLMULQDQ $0x00, B, A, LO \
+	VPCLMULQDQ $0x11, B, A, HI \
+	VPSHUFD    $0x4e, A, T     \
+	VPXOR      T, A, A         \
+	VPCLMULQDQ $0x00, BK, A, MID
+
+// KMIDFOLD turns Karatsuba's middle sum into the middle product
+// (MID ^= LO ^ HI) and adds it into LO and HI like MIDFOLD.
+#define KMIDFOLD(LO, HI, MID, T) \
+	VPXOR LO, MID, MID \
+	VPXOR HI, MID, MID \
+	MIDFOLD(LO, HI, MID, T)
+
+// func ghashInit(pow *[256]byte, h *[16]byte)
 //
 // pow = H^8, H^7, ..., H^1 (16 bytes each, byte-reflected and multiplied by
 // x as the multiplication above expects), from H = E(K, 0^128).
@@ -295,10 +325,20 @@ powLoop:
 	VMOVDQU X3, (DI)(CX*1)
 	SUBQ $16, CX
 	JAE  powLoop
+	// The Karatsuba table: lo^hi of each power, in both qwords.
+	MOVQ $112, CX
+
+kLoop:
+	VMOVDQU (DI)(CX*1), X1
+	VPSHUFD $0x4e, X1, X2
+	VPXOR   X2, X1, X1
+	VMOVDQU X1, 128(DI)(CX*1)
+	SUBQ $16, CX
+	JAE  kLoop
 	VZEROUPPER
 	RET
 
-// func ghashBlocks(pow *[128]byte, y *[16]byte, data *byte, n int)
+// func ghashBlocks(pow *[256]byte, y *[16]byte, data *byte, n int)
 //
 // Absorbs n whole 16-byte blocks into the GHASH state y (kept
 // byte-reflected between calls): eight blocks at a time with one reduction,
@@ -320,23 +360,23 @@ gh8:
 	VMOVDQU (SI), Y1
 	VPSHUFB Y15, Y1, Y1
 	VPXOR   Y0, Y1, Y1
-	MULFIRST(Y1, (DI), Y3, Y4, Y5, Y6)
+	KMULFIRST(Y1, (DI), 128(DI), Y3, Y4, Y5, Y6)
 	VMOVDQU 32(SI), Y1
 	VPSHUFB Y15, Y1, Y1
-	MULACC(Y1, 32(DI), Y3, Y4, Y5, Y6)
+	KMULACC(Y1, 32(DI), 160(DI), Y3, Y4, Y5, Y6)
 	VMOVDQU 64(SI), Y1
 	VPSHUFB Y15, Y1, Y1
-	MULACC(Y1, 64(DI), Y3, Y4, Y5, Y6)
+	KMULACC(Y1, 64(DI), 192(DI), Y3, Y4, Y5, Y6)
 	VMOVDQU 96(SI), Y1
 	VPSHUFB Y15, Y1, Y1
-	MULACC(Y1, 96(DI), Y3, Y4, Y5, Y6)
+	KMULACC(Y1, 96(DI), 224(DI), Y3, Y4, Y5, Y6)
 	VEXTRACTI128 $1, Y3, X6
 	VPXOR X6, X3, X3
 	VEXTRACTI128 $1, Y4, X6
 	VPXOR X6, X4, X4
 	VEXTRACTI128 $1, Y5, X6
 	VPXOR X6, X5, X5
-	MIDFOLD(X3, X4, X5, X6)
+	KMIDFOLD(X3, X4, X5, X6)
 	REDUCE(X3, X4, X14, X6)
 	VMOVDQU X3, X0
 	ADDQ $128, SI
@@ -354,7 +394,7 @@ ghTail:
 	VMOVDQU (SI), X1
 	VPSHUFB X15, X1, X1
 	VPXOR   X0, X1, X1
-	MULFIRST(X1, (DX), X3, X4, X5, X6)
+	KMULFIRST(X1, (DX), 128(DX), X3, X4, X5, X6)
 	ADDQ $16, SI
 	ADDQ $16, DX
 	DECQ CX
@@ -363,14 +403,14 @@ ghTailLoop:
 	JZ ghTailReduce
 	VMOVDQU (SI), X1
 	VPSHUFB X15, X1, X1
-	MULACC(X1, (DX), X3, X4, X5, X6)
+	KMULACC(X1, (DX), 128(DX), X3, X4, X5, X6)
 	ADDQ $16, SI
 	ADDQ $16, DX
 	DECQ CX
 	JMP  ghTailLoop
 
 ghTailReduce:
-	MIDFOLD(X3, X4, X5, X6)
+	KMIDFOLD(X3, X4, X5, X6)
 	REDUCE(X3, X4, X14, X6)
 	VMOVDQU X3, X0
 
@@ -410,4 +450,290 @@ spin:
 	ADDQ $1, AX
 	DECQ CX
 	JNZ  spin
+	RET
+
+// tailMask: loaded from tailMask+16-r, it keeps the first r bytes of a
+// block and clears the rest.
+DATA tailMask<>+0x00(SB)/8, $0xffffffffffffffff
+DATA tailMask<>+0x08(SB)/8, $0xffffffffffffffff
+DATA tailMask<>+0x10(SB)/8, $0
+DATA tailMask<>+0x18(SB)/8, $0
+GLOBL tailMask<>(SB), (NOPTR+RODATA), $32
+
+// ctrOneTwo turns a byte-reversed J0 in both lanes into J0+1, J0+2.
+DATA ctrOneTwo<>+0x00(SB)/8, $1
+DATA ctrOneTwo<>+0x08(SB)/8, $0
+DATA ctrOneTwo<>+0x10(SB)/8, $2
+DATA ctrOneTwo<>+0x18(SB)/8, $0
+GLOBL ctrOneTwo<>(SB), (NOPTR+RODATA), $32
+
+// CTR8START takes the next eight counter blocks from Y12 (advancing it),
+// byte-reverses them into Y0-Y3 and adds round key 0.
+#define CTR8START \
+	VMOVDQU Y12, Y0                  \
+	VPADDD  ctrTwo<>(SB), Y0, Y1     \
+	VPADDD  ctrTwo<>(SB), Y1, Y2     \
+	VPADDD  ctrTwo<>(SB), Y2, Y3     \
+	VPADDD  ctrTwo<>(SB), Y3, Y12    \
+	VMOVDQU (AX), Y8                 \
+	VPSHUFB Y15, Y0, Y0              \
+	VPSHUFB Y15, Y1, Y1              \
+	VPSHUFB Y15, Y2, Y2              \
+	VPSHUFB Y15, Y3, Y3              \
+	VPXOR   Y8, Y0, Y0               \
+	VPXOR   Y8, Y1, Y1               \
+	VPXOR   Y8, Y2, Y2               \
+	VPXOR   Y8, Y3, Y3
+
+// CTR8FINISH runs the last round, XORs the keystream into 128 bytes at SI
+// and stores them at DI.
+#define CTR8FINISH \
+	VMOVDQU (R9), Y8         \
+	VAESENCLAST Y8, Y0, Y0   \
+	VAESENCLAST Y8, Y1, Y1   \
+	VAESENCLAST Y8, Y2, Y2   \
+	VAESENCLAST Y8, Y3, Y3   \
+	VPXOR   (SI), Y0, Y0     \
+	VPXOR   32(SI), Y1, Y1   \
+	VPXOR   64(SI), Y2, Y2   \
+	VPXOR   96(SI), Y3, Y3   \
+	VMOVDQU Y0, (DI)         \
+	VMOVDQU Y1, 32(DI)       \
+	VMOVDQU Y2, 64(DI)       \
+	VMOVDQU Y3, 96(DI)
+
+// GHFIRST, GHNEXT and GHREDUCE are the 8-block GHASH of 128 bytes at DX
+// into X11 (powers at R10, Y14 = gcmPoly), split so that they can be
+// interleaved with AES rounds. Temporaries Y4-Y7, Y9, X10.
+#define GHFIRST \
+	VMOVDQU (DX), Y4      \
+	VPSHUFB Y15, Y4, Y4   \
+	VPXOR   Y11, Y4, Y4   \
+	KMULFIRST(Y4, (R10), 128(R10), Y5, Y6, Y7, Y9)
+
+#define GHNEXT(off) \
+	VMOVDQU off(DX), Y4   \
+	VPSHUFB Y15, Y4, Y4   \
+	KMULACC(Y4, off(R10), off+128(R10), Y5, Y6, Y7, Y9)
+
+#define GHREDUCE \
+	VEXTRACTI128 $1, Y5, X10 \
+	VPXOR X10, X5, X5        \
+	VEXTRACTI128 $1, Y6, X10 \
+	VPXOR X10, X6, X6        \
+	VEXTRACTI128 $1, Y7, X10 \
+	VPXOR X10, X7, X7        \
+	KMIDFOLD(X5, X6, X7, X10) \
+	REDUCE(X5, X6, X14, X10) \
+	VMOVDQU X5, X11
+
+// GH1 absorbs the byte-reversed block in X4 into X11 (times H^1).
+#define GH1 \
+	VPXOR X11, X4, X4 \
+	KMULFIRST(X4, 112(R10), 240(R10), X5, X6, X7, X9) \
+	KMIDFOLD(X5, X6, X7, X10) \
+	REDUCE(X5, X6, X14, X10) \
+	VMOVDQU X5, X11
+
+// func gcmSeal(k *gcm, st *sealState, dst, src *byte, n, aadInline, tailLen int)
+//
+// The whole of Seal after the Go wrapper's checks: E(K, J0) from st.ctr,
+// GHASH from st.y (plus st.aad if aadInline is 1), CTR over n whole blocks
+// from src to dst stitched with the GHASH of the ciphertext (eight blocks
+// of AES per iteration interleaved with the GHASH of the previous eight),
+// then the tailLen-byte (< 16) tail in st.tail (encrypted in place, its
+// padding cleared), the length block st.lens, and st.tag.
+TEXT ·gcmSeal(SB), NOSPLIT, $0-56
+	MOVQ k+0(FP), AX
+	MOVQ st+8(FP), BX
+	MOVQ dst+16(FP), DI
+	MOVQ src+24(FP), SI
+	MOVQ n+32(FP), CX
+	MOVQ gcm_rounds(AX), R8
+	LEAQ gcm_pow(AX), R10
+	LEAQ gcm_rk(AX), AX
+	MOVQ R8, R9
+	SHLQ $5, R9
+	ADDQ AX, R9
+
+	VMOVDQU bswapMask<>(SB), Y15
+	VMOVDQU gcmPoly<>(SB), Y14
+
+	// Y12 = J0+1, J0+2 (byte-reversed); X13 = E(K, J0).
+	VBROADCASTI128 sealState_ctr(BX), Y12
+	VPSHUFB Y15, Y12, Y12
+	VMOVDQU Y12, Y0
+	VPADDD  ctrOneTwo<>(SB), Y12, Y12
+	ENC2(sealJ0last)
+	VMOVDQU X0, X13
+
+	VMOVDQU sealState_y(BX), X11
+	MOVQ aadInline+40(FP), DX
+	TESTQ DX, DX
+	JZ    sealMain
+	VMOVDQU sealState_aad(BX), X4
+	VPSHUFB X15, X4, X4
+	GH1
+
+sealMain:
+	CMPQ CX, $8
+	JB   sealRest
+	CTR8START
+	ROUND4(32)
+	ROUND4(64)
+	ROUND4(96)
+	ROUND4(128)
+	ROUND4(160)
+	ROUND4(192)
+	ROUND4(224)
+	ROUND4(256)
+	ROUND4(288)
+	CMPQ R8, $10
+	JE   sealFirstLast
+	ROUND4(320)
+	ROUND4(352)
+	ROUND4(384)
+	ROUND4(416)
+
+sealFirstLast:
+	CTR8FINISH
+	MOVQ DI, DX
+	ADDQ $128, SI
+	ADDQ $128, DI
+	SUBQ $8, CX
+
+sealLoop:
+	// DX: the previous 128 bytes of ciphertext, hashed while the next
+	// 128 bytes are encrypted.
+	CMPQ CX, $8
+	JB   sealDrain
+	CTR8START
+	GHFIRST
+	ROUND4(32)
+	ROUND4(64)
+	GHNEXT(32)
+	ROUND4(96)
+	ROUND4(128)
+	GHNEXT(64)
+	ROUND4(160)
+	ROUND4(192)
+	GHNEXT(96)
+	ROUND4(224)
+	ROUND4(256)
+	GHREDUCE
+	ROUND4(288)
+	CMPQ R8, $10
+	JE   sealLoopLast
+	ROUND4(320)
+	ROUND4(352)
+	ROUND4(384)
+	ROUND4(416)
+
+sealLoopLast:
+	CTR8FINISH
+	MOVQ DI, DX
+	ADDQ $128, SI
+	ADDQ $128, DI
+	SUBQ $8, CX
+	JMP  sealLoop
+
+sealDrain:
+	GHFIRST
+	GHNEXT(32)
+	GHNEXT(64)
+	GHNEXT(96)
+	GHREDUCE
+
+sealRest:
+	// CX < 8 whole blocks left: CTR them, then hash them with one
+	// reduction (block j of k times H^(k-j)).
+	TESTQ CX, CX
+	JZ    sealTail
+	MOVQ  DI, R11
+	MOVQ  CX, R12
+
+sealRest2:
+	CMPQ CX, $2
+	JB   sealRest1
+	VMOVDQU Y12, Y0
+	VPADDD  ctrTwo<>(SB), Y12, Y12
+	ENC2(sealRest2last)
+	VPXOR   (SI), Y0, Y0
+	VMOVDQU Y0, (DI)
+	ADDQ $32, SI
+	ADDQ $32, DI
+	SUBQ $2, CX
+	JMP  sealRest2
+
+sealRest1:
+	TESTQ CX, CX
+	JZ    sealRestHash
+	VMOVDQU Y12, Y0
+	VPADDD  ctrOne<>(SB), Y12, Y12
+	ENC2(sealRest1last)
+	VPXOR   (SI), X0, X0
+	VMOVDQU X0, (DI)
+
+sealRestHash:
+	MOVQ $8, DX
+	SUBQ R12, DX
+	SHLQ $4, DX
+	ADDQ R10, DX
+	VMOVDQU (R11), X4
+	VPSHUFB X15, X4, X4
+	VPXOR   X11, X4, X4
+	KMULFIRST(X4, (DX), 128(DX), X5, X6, X7, X9)
+	ADDQ $16, R11
+	ADDQ $16, DX
+	DECQ R12
+
+sealRestLoop:
+	JZ sealRestReduce
+	VMOVDQU (R11), X4
+	VPSHUFB X15, X4, X4
+	KMULACC(X4, (DX), 128(DX), X5, X6, X7, X9)
+	ADDQ $16, R11
+	ADDQ $16, DX
+	DECQ R12
+	JMP  sealRestLoop
+
+sealRestReduce:
+	KMIDFOLD(X5, X6, X7, X10)
+	REDUCE(X5, X6, X14, X10)
+	VMOVDQU X5, X11
+
+sealTail:
+	// The tail block and the length block, hashed with one reduction
+	// (tail times H^2, lengths times H^1); without a tail, the length
+	// block alone.
+	MOVQ tailLen+48(FP), DX
+	VMOVDQU sealState_lens(BX), X1
+	VPSHUFB X15, X1, X1
+	TESTQ DX, DX
+	JZ    sealLens
+	VMOVDQU Y12, Y0
+	ENC2(sealTailLast)
+	VPXOR   sealState_tail(BX), X0, X0
+	LEAQ    tailMask<>+16(SB), R11
+	SUBQ    DX, R11
+	VPAND   (R11), X0, X0
+	VMOVDQU X0, sealState_tail(BX)
+	VPSHUFB X15, X0, X4
+	VPXOR   X11, X4, X4
+	KMULFIRST(X4, 96(R10), 224(R10), X5, X6, X7, X9)
+	KMULACC(X1, 112(R10), 240(R10), X5, X6, X7, X9)
+	KMIDFOLD(X5, X6, X7, X10)
+	REDUCE(X5, X6, X14, X10)
+	VMOVDQU X5, X11
+	JMP sealTag
+
+sealLens:
+	VMOVDQU X1, X4
+	GH1
+
+sealTag:
+	VPSHUFB X15, X11, X11
+	VPXOR   X13, X11, X11
+	VMOVDQU X11, sealState_tag(BX)
+	VZEROUPPER
 	RET
