@@ -16,16 +16,16 @@ func subWord(x uint32) uint32
 //go:noescape
 func ctrBlocks(rk *byte, rounds int, ctr *[16]byte, dst, src *byte, n int)
 
-// ghashInit fills pow with H^8..H^1 in the form ghashBlocks expects, then
-// their Karatsuba table (lo XOR hi of each).
+// ghashInit fills pow with H^16..H^1 in the form the GHASH code expects,
+// then their Karatsuba table (lo XOR hi of each).
 //
 //go:noescape
-func ghashInit(pow *[256]byte, h *[16]byte)
+func ghashInit(pow *[512]byte, h *[16]byte)
 
 // ghashBlocks absorbs n whole blocks at data into the GHASH state y.
 //
 //go:noescape
-func ghashBlocks(pow *[256]byte, y *[16]byte, data *byte, n int)
+func ghashBlocks(pow *[512]byte, y *[16]byte, data *byte, n int)
 
 // cpuid7ecx returns CPUID.(EAX=7,ECX=0):ECX.
 func cpuid7ecx() uint32

@@ -26,7 +26,7 @@ const maxPlaintext = (1<<32 - 2) * 16
 type gcm struct {
 	rk     [15 * 32]byte // round keys, each in both 128-bit lanes
 	rounds int           // 10 or 14
-	pow    [256]byte     // H^8..H^1 for ghashBlocks, then their Karatsuba lo^hi
+	pow    [512]byte     // H^16..H^1, then their Karatsuba lo^hi
 }
 
 // newGCM returns AES-GCM for a 16 or 32-byte key. It requires the CPU
@@ -143,7 +143,8 @@ type sealState struct {
 	aad  [16]byte // in: AAD of up to 16 bytes, zero-padded
 	tail [16]byte // in: plaintext after the whole blocks, zero-padded; out: its ciphertext
 	lens [16]byte // in: the GHASH length block
-	tag  [16]byte // out
+	tag  [16]byte // out (and E(K, J0) while the 16-block loop runs)
+	ctrv [32]byte // scratch: the counter pair during the 16-block loop
 }
 
 // Open implements cipher.AEAD: it authenticates ciphertext (whose last 16

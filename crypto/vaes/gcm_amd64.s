@@ -292,10 +292,11 @@ ctrDone:
 	VPXOR HI, MID, MID \
 	MIDFOLD(LO, HI, MID, T)
 
-// func ghashInit(pow *[256]byte, h *[16]byte)
+// func ghashInit(pow *[512]byte, h *[16]byte)
 //
-// pow = H^8, H^7, ..., H^1 (16 bytes each, byte-reflected and multiplied by
-// x as the multiplication above expects), from H = E(K, 0^128).
+// pow = H^16, H^15, ..., H^1 (16 bytes each, byte-reflected and multiplied
+// by x as the multiplication above expects), from H = E(K, 0^128), then at
+// pow+256 the Karatsuba table: lo^hi of each power, in both qwords.
 TEXT ·ghashInit(SB), NOSPLIT, $0-16
 	MOVQ pow+0(FP), DI
 	MOVQ h+8(FP), SI
@@ -312,9 +313,9 @@ TEXT ·ghashInit(SB), NOSPLIT, $0-16
 	VPSLLQ  $1, X0, X0
 	VPXOR   X2, X0, X0
 	VPXOR   X1, X0, X0
-	VMOVDQU X0, 112(DI)
+	VMOVDQU X0, 240(DI)
 	VMOVDQU X0, X3
-	MOVQ $96, CX
+	MOVQ $224, CX
 
 powLoop:
 	VMOVDQU X3, X4
@@ -326,19 +327,19 @@ powLoop:
 	SUBQ $16, CX
 	JAE  powLoop
 	// The Karatsuba table: lo^hi of each power, in both qwords.
-	MOVQ $112, CX
+	MOVQ $240, CX
 
 kLoop:
 	VMOVDQU (DI)(CX*1), X1
 	VPSHUFD $0x4e, X1, X2
 	VPXOR   X2, X1, X1
-	VMOVDQU X1, 128(DI)(CX*1)
+	VMOVDQU X1, 256(DI)(CX*1)
 	SUBQ $16, CX
 	JAE  kLoop
 	VZEROUPPER
 	RET
 
-// func ghashBlocks(pow *[256]byte, y *[16]byte, data *byte, n int)
+// func ghashBlocks(pow *[512]byte, y *[16]byte, data *byte, n int)
 //
 // Absorbs n whole 16-byte blocks into the GHASH state y (kept
 // byte-reflected between calls): eight blocks at a time with one reduction,
@@ -346,6 +347,7 @@ kLoop:
 // powers.
 TEXT ·ghashBlocks(SB), NOSPLIT, $0-32
 	MOVQ pow+0(FP), DI
+	ADDQ $128, DI // H^8..H^1
 	MOVQ y+8(FP), BX
 	MOVQ data+16(FP), SI
 	MOVQ n+24(FP), CX
@@ -360,16 +362,16 @@ gh8:
 	VMOVDQU (SI), Y1
 	VPSHUFB Y15, Y1, Y1
 	VPXOR   Y0, Y1, Y1
-	KMULFIRST(Y1, (DI), 128(DI), Y3, Y4, Y5, Y6)
+	KMULFIRST(Y1, (DI), 256(DI), Y3, Y4, Y5, Y6)
 	VMOVDQU 32(SI), Y1
 	VPSHUFB Y15, Y1, Y1
-	KMULACC(Y1, 32(DI), 160(DI), Y3, Y4, Y5, Y6)
+	KMULACC(Y1, 32(DI), 288(DI), Y3, Y4, Y5, Y6)
 	VMOVDQU 64(SI), Y1
 	VPSHUFB Y15, Y1, Y1
-	KMULACC(Y1, 64(DI), 192(DI), Y3, Y4, Y5, Y6)
+	KMULACC(Y1, 64(DI), 320(DI), Y3, Y4, Y5, Y6)
 	VMOVDQU 96(SI), Y1
 	VPSHUFB Y15, Y1, Y1
-	KMULACC(Y1, 96(DI), 224(DI), Y3, Y4, Y5, Y6)
+	KMULACC(Y1, 96(DI), 352(DI), Y3, Y4, Y5, Y6)
 	VEXTRACTI128 $1, Y3, X6
 	VPXOR X6, X3, X3
 	VEXTRACTI128 $1, Y4, X6
@@ -394,7 +396,7 @@ ghTail:
 	VMOVDQU (SI), X1
 	VPSHUFB X15, X1, X1
 	VPXOR   X0, X1, X1
-	KMULFIRST(X1, (DX), 128(DX), X3, X4, X5, X6)
+	KMULFIRST(X1, (DX), 256(DX), X3, X4, X5, X6)
 	ADDQ $16, SI
 	ADDQ $16, DX
 	DECQ CX
@@ -403,7 +405,7 @@ ghTailLoop:
 	JZ ghTailReduce
 	VMOVDQU (SI), X1
 	VPSHUFB X15, X1, X1
-	KMULACC(X1, (DX), 128(DX), X3, X4, X5, X6)
+	KMULACC(X1, (DX), 256(DX), X3, X4, X5, X6)
 	ADDQ $16, SI
 	ADDQ $16, DX
 	DECQ CX
@@ -509,12 +511,12 @@ GLOBL ctrOneTwo<>(SB), (NOPTR+RODATA), $32
 	VMOVDQU (DX), Y4      \
 	VPSHUFB Y15, Y4, Y4   \
 	VPXOR   Y11, Y4, Y4   \
-	KMULFIRST(Y4, (R10), 128(R10), Y5, Y6, Y7, Y9)
+	KMULFIRST(Y4, (R10), 256(R10), Y5, Y6, Y7, Y9)
 
 #define GHNEXT(off) \
 	VMOVDQU off(DX), Y4   \
 	VPSHUFB Y15, Y4, Y4   \
-	KMULACC(Y4, off(R10), off+128(R10), Y5, Y6, Y7, Y9)
+	KMULACC(Y4, off(R10), off+256(R10), Y5, Y6, Y7, Y9)
 
 #define GHREDUCE \
 	VEXTRACTI128 $1, Y5, X10 \
@@ -530,10 +532,111 @@ GLOBL ctrOneTwo<>(SB), (NOPTR+RODATA), $32
 // GH1 absorbs the byte-reversed block in X4 into X11 (times H^1).
 #define GH1 \
 	VPXOR X11, X4, X4 \
-	KMULFIRST(X4, 112(R10), 240(R10), X5, X6, X7, X9) \
+	KMULFIRST(X4, 112(R10), 368(R10), X5, X6, X7, X9) \
 	KMIDFOLD(X5, X6, X7, X10) \
 	REDUCE(X5, X6, X14, X10) \
 	VMOVDQU X5, X11
+
+// The 16-block loop's registers: AES state Y0-Y7, round key Y8; GHASH
+// data Y9, accumulators Y10-Y12, temporary Y13, state X14; Y15 the
+// byte-reversal mask. The counter pair lives in st.ctrv and E(K, J0) in
+// st.tag meanwhile; the reduction constant is a memory operand.
+#define ROUND8(off) \
+	VMOVDQU off(AX), Y8 \
+	VAESENC Y8, Y0, Y0  \
+	VAESENC Y8, Y1, Y1  \
+	VAESENC Y8, Y2, Y2  \
+	VAESENC Y8, Y3, Y3  \
+	VAESENC Y8, Y4, Y4  \
+	VAESENC Y8, Y5, Y5  \
+	VAESENC Y8, Y6, Y6  \
+	VAESENC Y8, Y7, Y7
+
+#define CTR16START \
+	VMOVDQU sealState_ctrv(BX), Y0 \
+	VPADDD  ctrTwo<>(SB), Y0, Y1   \
+	VPADDD  ctrTwo<>(SB), Y1, Y2   \
+	VPADDD  ctrTwo<>(SB), Y2, Y3   \
+	VPADDD  ctrTwo<>(SB), Y3, Y4   \
+	VPADDD  ctrTwo<>(SB), Y4, Y5   \
+	VPADDD  ctrTwo<>(SB), Y5, Y6   \
+	VPADDD  ctrTwo<>(SB), Y6, Y7   \
+	VPADDD  ctrTwo<>(SB), Y7, Y8   \
+	VMOVDQU Y8, sealState_ctrv(BX) \
+	VMOVDQU (AX), Y8    \
+	VPSHUFB Y15, Y0, Y0 \
+	VPSHUFB Y15, Y1, Y1 \
+	VPSHUFB Y15, Y2, Y2 \
+	VPSHUFB Y15, Y3, Y3 \
+	VPSHUFB Y15, Y4, Y4 \
+	VPSHUFB Y15, Y5, Y5 \
+	VPSHUFB Y15, Y6, Y6 \
+	VPSHUFB Y15, Y7, Y7 \
+	VPXOR   Y8, Y0, Y0  \
+	VPXOR   Y8, Y1, Y1  \
+	VPXOR   Y8, Y2, Y2  \
+	VPXOR   Y8, Y3, Y3  \
+	VPXOR   Y8, Y4, Y4  \
+	VPXOR   Y8, Y5, Y5  \
+	VPXOR   Y8, Y6, Y6  \
+	VPXOR   Y8, Y7, Y7
+
+#define CTR16FINISH \
+	VMOVDQU (R9), Y8       \
+	VAESENCLAST Y8, Y0, Y0 \
+	VAESENCLAST Y8, Y1, Y1 \
+	VAESENCLAST Y8, Y2, Y2 \
+	VAESENCLAST Y8, Y3, Y3 \
+	VAESENCLAST Y8, Y4, Y4 \
+	VAESENCLAST Y8, Y5, Y5 \
+	VAESENCLAST Y8, Y6, Y6 \
+	VAESENCLAST Y8, Y7, Y7 \
+	VPXOR   (SI), Y0, Y0   \
+	VPXOR   32(SI), Y1, Y1 \
+	VPXOR   64(SI), Y2, Y2 \
+	VPXOR   96(SI), Y3, Y3 \
+	VPXOR   128(SI), Y4, Y4 \
+	VPXOR   160(SI), Y5, Y5 \
+	VPXOR   192(SI), Y6, Y6 \
+	VPXOR   224(SI), Y7, Y7 \
+	VMOVDQU Y0, (DI)       \
+	VMOVDQU Y1, 32(DI)     \
+	VMOVDQU Y2, 64(DI)     \
+	VMOVDQU Y3, 96(DI)     \
+	VMOVDQU Y4, 128(DI)    \
+	VMOVDQU Y5, 160(DI)    \
+	VMOVDQU Y6, 192(DI)    \
+	VMOVDQU Y7, 224(DI)
+
+// G16FIRST, G16NEXT and G16REDUCE hash the 256 bytes at DX into X14 with
+// H^16..H^1 (at R13) and one reduction.
+#define G16FIRST \
+	VMOVDQU (DX), Y9    \
+	VPSHUFB Y15, Y9, Y9 \
+	VPXOR   Y14, Y9, Y9 \
+	KMULFIRST(Y9, (R13), 256(R13), Y10, Y11, Y12, Y13)
+
+#define G16NEXT(off) \
+	VMOVDQU off(DX), Y9 \
+	VPSHUFB Y15, Y9, Y9 \
+	KMULACC(Y9, off(R13), off+256(R13), Y10, Y11, Y12, Y13)
+
+#define G16REDUCE \
+	VEXTRACTI128 $1, Y10, X13 \
+	VPXOR X13, X10, X10       \
+	VEXTRACTI128 $1, Y11, X13 \
+	VPXOR X13, X11, X11       \
+	VEXTRACTI128 $1, Y12, X13 \
+	VPXOR X13, X12, X12       \
+	KMIDFOLD(X10, X11, X12, X13) \
+	VPCLMULQDQ $0x10, gcmPoly<>(SB), X10, X13 \
+	VPSHUFD    $0x4e, X10, X10 \
+	VPXOR      X13, X10, X10   \
+	VPCLMULQDQ $0x10, gcmPoly<>(SB), X10, X13 \
+	VPSHUFD    $0x4e, X10, X10 \
+	VPXOR      X13, X10, X10   \
+	VPXOR      X11, X10, X10   \
+	VMOVDQU    X10, X14
 
 // func gcmSeal(k *gcm, st *sealState, dst, src *byte, n, aadInline, tailLen int)
 //
@@ -550,7 +653,8 @@ TEXT ·gcmSeal(SB), NOSPLIT, $0-56
 	MOVQ src+24(FP), SI
 	MOVQ n+32(FP), CX
 	MOVQ gcm_rounds(AX), R8
-	LEAQ gcm_pow(AX), R10
+	LEAQ gcm_pow+128(AX), R10 // H^8..H^1
+	LEAQ gcm_pow(AX), R13     // H^16..H^1
 	LEAQ gcm_rk(AX), AX
 	MOVQ R8, R9
 	SHLQ $5, R9
@@ -570,10 +674,95 @@ TEXT ·gcmSeal(SB), NOSPLIT, $0-56
 	VMOVDQU sealState_y(BX), X11
 	MOVQ aadInline+40(FP), DX
 	TESTQ DX, DX
-	JZ    sealMain
+	JZ    sealMain16
 	VMOVDQU sealState_aad(BX), X4
 	VPSHUFB X15, X4, X4
 	GH1
+
+sealMain16:
+	// 16 blocks per iteration while at least 16 are left: AES on eight
+	// registers, stitched with the GHASH of the previous 256 bytes.
+	CMPQ CX, $16
+	JB   sealMain
+	VMOVDQU Y12, sealState_ctrv(BX)
+	VMOVDQU X13, sealState_tag(BX)
+	VMOVDQU X11, X14
+	CTR16START
+	ROUND8(32)
+	ROUND8(64)
+	ROUND8(96)
+	ROUND8(128)
+	ROUND8(160)
+	ROUND8(192)
+	ROUND8(224)
+	ROUND8(256)
+	ROUND8(288)
+	CMPQ R8, $10
+	JE   s16FirstLast
+	ROUND8(320)
+	ROUND8(352)
+	ROUND8(384)
+	ROUND8(416)
+
+s16FirstLast:
+	CTR16FINISH
+	MOVQ DI, DX
+	ADDQ $256, SI
+	ADDQ $256, DI
+	SUBQ $16, CX
+
+s16Loop:
+	CMPQ CX, $16
+	JB   s16Drain
+	CTR16START
+	G16FIRST
+	ROUND8(32)
+	G16NEXT(32)
+	G16NEXT(64)
+	ROUND8(64)
+	G16NEXT(96)
+	G16NEXT(128)
+	ROUND8(96)
+	G16NEXT(160)
+	G16NEXT(192)
+	ROUND8(128)
+	G16NEXT(224)
+	ROUND8(160)
+	G16REDUCE
+	ROUND8(192)
+	ROUND8(224)
+	ROUND8(256)
+	ROUND8(288)
+	CMPQ R8, $10
+	JE   s16LoopLast
+	ROUND8(320)
+	ROUND8(352)
+	ROUND8(384)
+	ROUND8(416)
+
+s16LoopLast:
+	CTR16FINISH
+	MOVQ DI, DX
+	ADDQ $256, SI
+	ADDQ $256, DI
+	SUBQ $16, CX
+	JMP  s16Loop
+
+s16Drain:
+	G16FIRST
+	G16NEXT(32)
+	G16NEXT(64)
+	G16NEXT(96)
+	G16NEXT(128)
+	G16NEXT(160)
+	G16NEXT(192)
+	G16NEXT(224)
+	G16REDUCE
+	// Back to the 8-block code's registers.
+	VMOVDQU X14, X11
+	VMOVDQU sealState_ctrv(BX), Y12
+	VMOVDQU sealState_tag(BX), X13
+	VMOVDQU gcmPoly<>(SB), Y14
 
 sealMain:
 	CMPQ CX, $8
@@ -682,7 +871,7 @@ sealRestHash:
 	VMOVDQU (R11), X4
 	VPSHUFB X15, X4, X4
 	VPXOR   X11, X4, X4
-	KMULFIRST(X4, (DX), 128(DX), X5, X6, X7, X9)
+	KMULFIRST(X4, (DX), 256(DX), X5, X6, X7, X9)
 	ADDQ $16, R11
 	ADDQ $16, DX
 	DECQ R12
@@ -691,7 +880,7 @@ sealRestLoop:
 	JZ sealRestReduce
 	VMOVDQU (R11), X4
 	VPSHUFB X15, X4, X4
-	KMULACC(X4, (DX), 128(DX), X5, X6, X7, X9)
+	KMULACC(X4, (DX), 256(DX), X5, X6, X7, X9)
 	ADDQ $16, R11
 	ADDQ $16, DX
 	DECQ R12
@@ -720,8 +909,8 @@ sealTail:
 	VMOVDQU X0, sealState_tail(BX)
 	VPSHUFB X15, X0, X4
 	VPXOR   X11, X4, X4
-	KMULFIRST(X4, 96(R10), 224(R10), X5, X6, X7, X9)
-	KMULACC(X1, 112(R10), 240(R10), X5, X6, X7, X9)
+	KMULFIRST(X4, 96(R10), 352(R10), X5, X6, X7, X9)
+	KMULACC(X1, 112(R10), 368(R10), X5, X6, X7, X9)
 	KMIDFOLD(X5, X6, X7, X10)
 	REDUCE(X5, X6, X14, X10)
 	VMOVDQU X5, X11
