@@ -24,9 +24,12 @@ const maxPlaintext = (1<<32 - 2) * 16
 // gcm is AES-GCM with a 12-byte nonce and a 16-byte tag. Its state is
 // read-only after newGCM, so one value may be used from several goroutines.
 type gcm struct {
+	// The tables come first and are multiples of 64 bytes, so that the
+	// assembly's 32-byte loads do not cross cache lines (the heap aligns
+	// the 1 KiB object to its size class).
+	pow    [512]byte     // H^16..H^1, then their Karatsuba lo^hi
 	rk     [15 * 32]byte // round keys, each in both 128-bit lanes
 	rounds int           // 10 or 14
-	pow    [512]byte     // H^16..H^1, then their Karatsuba lo^hi
 }
 
 // newGCM returns AES-GCM for a 16 or 32-byte key. It requires the CPU

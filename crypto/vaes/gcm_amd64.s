@@ -339,121 +339,6 @@ kLoop:
 	VZEROUPPER
 	RET
 
-// func ghashBlocks(pow *[512]byte, y *[16]byte, data *byte, n int)
-//
-// Absorbs n whole 16-byte blocks into the GHASH state y (kept
-// byte-reflected between calls): eight blocks at a time with one reduction,
-// then the remaining n mod 8 blocks the same way with the matching lower
-// powers.
-TEXT ·ghashBlocks(SB), NOSPLIT, $0-32
-	MOVQ pow+0(FP), DI
-	ADDQ $128, DI // H^8..H^1
-	MOVQ y+8(FP), BX
-	MOVQ data+16(FP), SI
-	MOVQ n+24(FP), CX
-
-	VMOVDQU bswapMask<>(SB), Y15
-	VMOVDQU gcmPoly<>(SB), Y14
-	VMOVDQU (BX), X0 // upper lane zero
-
-gh8:
-	CMPQ CX, $8
-	JB   ghTail
-	VMOVDQU (SI), Y1
-	VPSHUFB Y15, Y1, Y1
-	VPXOR   Y0, Y1, Y1
-	KMULFIRST(Y1, (DI), 256(DI), Y3, Y4, Y5, Y6)
-	VMOVDQU 32(SI), Y1
-	VPSHUFB Y15, Y1, Y1
-	KMULACC(Y1, 32(DI), 288(DI), Y3, Y4, Y5, Y6)
-	VMOVDQU 64(SI), Y1
-	VPSHUFB Y15, Y1, Y1
-	KMULACC(Y1, 64(DI), 320(DI), Y3, Y4, Y5, Y6)
-	VMOVDQU 96(SI), Y1
-	VPSHUFB Y15, Y1, Y1
-	KMULACC(Y1, 96(DI), 352(DI), Y3, Y4, Y5, Y6)
-	VEXTRACTI128 $1, Y3, X6
-	VPXOR X6, X3, X3
-	VEXTRACTI128 $1, Y4, X6
-	VPXOR X6, X4, X4
-	VEXTRACTI128 $1, Y5, X6
-	VPXOR X6, X5, X5
-	KMIDFOLD(X3, X4, X5, X6)
-	REDUCE(X3, X4, X14, X6)
-	VMOVDQU X3, X0
-	ADDQ $128, SI
-	SUBQ $8, CX
-	JMP  gh8
-
-ghTail:
-	TESTQ CX, CX
-	JZ    ghDone
-	// Block j of the n left is multiplied by H^(n-j), at pow[8-n+j].
-	MOVQ $8, DX
-	SUBQ CX, DX
-	SHLQ $4, DX
-	ADDQ DI, DX
-	VMOVDQU (SI), X1
-	VPSHUFB X15, X1, X1
-	VPXOR   X0, X1, X1
-	KMULFIRST(X1, (DX), 256(DX), X3, X4, X5, X6)
-	ADDQ $16, SI
-	ADDQ $16, DX
-	DECQ CX
-
-ghTailLoop:
-	JZ ghTailReduce
-	VMOVDQU (SI), X1
-	VPSHUFB X15, X1, X1
-	KMULACC(X1, (DX), 256(DX), X3, X4, X5, X6)
-	ADDQ $16, SI
-	ADDQ $16, DX
-	DECQ CX
-	JMP  ghTailLoop
-
-ghTailReduce:
-	KMIDFOLD(X3, X4, X5, X6)
-	REDUCE(X3, X4, X14, X6)
-	VMOVDQU X3, X0
-
-ghDone:
-	VMOVDQU X0, (BX)
-	VZEROUPPER
-	RET
-
-// func cpuid7ecx() uint32
-//
-// CPUID leaf 7 subleaf 0, register ECX (VAES is bit 9, VPCLMULQDQ bit 10).
-// The caller checks that leaf 7 exists (x/sys/cpu's HasAVX2 implies it).
-TEXT ·cpuid7ecx(SB), NOSPLIT, $0-4
-	MOVL $7, AX
-	MOVL $0, CX
-	CPUID
-	MOVL CX, ret+0(FP)
-	RET
-
-// func spinAdds(n int)
-//
-// Runs 8n dependent 64-bit additions, one cycle each on every x86-64 core
-// (latency 1): the benchmarks time it to measure the core clock, for
-// cycles per byte. Not used by the cipher.
-TEXT ·spinAdds(SB), NOSPLIT, $0-8
-	MOVQ n+0(FP), CX
-	XORQ AX, AX
-
-spin:
-	ADDQ $1, AX
-	ADDQ $1, AX
-	ADDQ $1, AX
-	ADDQ $1, AX
-	ADDQ $1, AX
-	ADDQ $1, AX
-	ADDQ $1, AX
-	ADDQ $1, AX
-	DECQ CX
-	JNZ  spin
-	RET
-
 // tailMask: loaded from tailMask+16-r, it keeps the first r bytes of a
 // block and clears the rest.
 DATA tailMask<>+0x00(SB)/8, $0xffffffffffffffff
@@ -638,6 +523,144 @@ GLOBL ctrOneTwo<>(SB), (NOPTR+RODATA), $32
 	VPXOR      X11, X10, X10   \
 	VMOVDQU    X10, X14
 
+// func ghashBlocks(pow *[512]byte, y *[16]byte, data *byte, n int)
+//
+// Absorbs n whole 16-byte blocks into the GHASH state y (kept
+// byte-reflected between calls): sixteen blocks at a time with one
+// reduction, then eight, then the remaining n mod 8 blocks the same way
+// with the matching lower powers.
+TEXT ·ghashBlocks(SB), NOSPLIT, $0-32
+	MOVQ pow+0(FP), DI
+	ADDQ $128, DI // H^8..H^1
+	MOVQ y+8(FP), BX
+	MOVQ data+16(FP), SI
+	MOVQ n+24(FP), CX
+
+	VMOVDQU bswapMask<>(SB), Y15
+	VMOVDQU gcmPoly<>(SB), Y14
+	VMOVDQU (BX), X14 // upper lane zero
+	LEAQ    -128(DI), R13 // H^16..H^1
+	MOVQ    SI, DX
+
+gh16:
+	CMPQ CX, $16
+	JB   gh16done
+	G16FIRST
+	G16NEXT(32)
+	G16NEXT(64)
+	G16NEXT(96)
+	G16NEXT(128)
+	G16NEXT(160)
+	G16NEXT(192)
+	G16NEXT(224)
+	G16REDUCE
+	ADDQ $256, DX
+	SUBQ $16, CX
+	JMP  gh16
+
+gh16done:
+	MOVQ    DX, SI
+	VMOVDQU X14, X0
+	VMOVDQU gcmPoly<>(SB), Y14
+
+gh8:
+	CMPQ CX, $8
+	JB   ghTail
+	VMOVDQU (SI), Y1
+	VPSHUFB Y15, Y1, Y1
+	VPXOR   Y0, Y1, Y1
+	KMULFIRST(Y1, (DI), 256(DI), Y3, Y4, Y5, Y6)
+	VMOVDQU 32(SI), Y1
+	VPSHUFB Y15, Y1, Y1
+	KMULACC(Y1, 32(DI), 288(DI), Y3, Y4, Y5, Y6)
+	VMOVDQU 64(SI), Y1
+	VPSHUFB Y15, Y1, Y1
+	KMULACC(Y1, 64(DI), 320(DI), Y3, Y4, Y5, Y6)
+	VMOVDQU 96(SI), Y1
+	VPSHUFB Y15, Y1, Y1
+	KMULACC(Y1, 96(DI), 352(DI), Y3, Y4, Y5, Y6)
+	VEXTRACTI128 $1, Y3, X6
+	VPXOR X6, X3, X3
+	VEXTRACTI128 $1, Y4, X6
+	VPXOR X6, X4, X4
+	VEXTRACTI128 $1, Y5, X6
+	VPXOR X6, X5, X5
+	KMIDFOLD(X3, X4, X5, X6)
+	REDUCE(X3, X4, X14, X6)
+	VMOVDQU X3, X0
+	ADDQ $128, SI
+	SUBQ $8, CX
+	JMP  gh8
+
+ghTail:
+	TESTQ CX, CX
+	JZ    ghDone
+	// Block j of the n left is multiplied by H^(n-j), at pow[8-n+j].
+	MOVQ $8, DX
+	SUBQ CX, DX
+	SHLQ $4, DX
+	ADDQ DI, DX
+	VMOVDQU (SI), X1
+	VPSHUFB X15, X1, X1
+	VPXOR   X0, X1, X1
+	KMULFIRST(X1, (DX), 256(DX), X3, X4, X5, X6)
+	ADDQ $16, SI
+	ADDQ $16, DX
+	DECQ CX
+
+ghTailLoop:
+	JZ ghTailReduce
+	VMOVDQU (SI), X1
+	VPSHUFB X15, X1, X1
+	KMULACC(X1, (DX), 256(DX), X3, X4, X5, X6)
+	ADDQ $16, SI
+	ADDQ $16, DX
+	DECQ CX
+	JMP  ghTailLoop
+
+ghTailReduce:
+	KMIDFOLD(X3, X4, X5, X6)
+	REDUCE(X3, X4, X14, X6)
+	VMOVDQU X3, X0
+
+ghDone:
+	VMOVDQU X0, (BX)
+	VZEROUPPER
+	RET
+
+// func cpuid7ecx() uint32
+//
+// CPUID leaf 7 subleaf 0, register ECX (VAES is bit 9, VPCLMULQDQ bit 10).
+// The caller checks that leaf 7 exists (x/sys/cpu's HasAVX2 implies it).
+TEXT ·cpuid7ecx(SB), NOSPLIT, $0-4
+	MOVL $7, AX
+	MOVL $0, CX
+	CPUID
+	MOVL CX, ret+0(FP)
+	RET
+
+// func spinAdds(n int)
+//
+// Runs 8n dependent 64-bit additions, one cycle each on every x86-64 core
+// (latency 1): the benchmarks time it to measure the core clock, for
+// cycles per byte. Not used by the cipher.
+TEXT ·spinAdds(SB), NOSPLIT, $0-8
+	MOVQ n+0(FP), CX
+	XORQ AX, AX
+
+spin:
+	ADDQ $1, AX
+	ADDQ $1, AX
+	ADDQ $1, AX
+	ADDQ $1, AX
+	ADDQ $1, AX
+	ADDQ $1, AX
+	ADDQ $1, AX
+	ADDQ $1, AX
+	DECQ CX
+	JNZ  spin
+	RET
+
 // func gcmSeal(k *gcm, st *sealState, dst, src *byte, n, aadInline, tailLen int)
 //
 // The whole of Seal after the Go wrapper's checks: E(K, J0) from st.ctr,
@@ -715,24 +738,24 @@ s16Loop:
 	CMPQ CX, $16
 	JB   s16Drain
 	CTR16START
-	G16FIRST
 	ROUND8(32)
-	G16NEXT(32)
-	G16NEXT(64)
 	ROUND8(64)
-	G16NEXT(96)
-	G16NEXT(128)
+	G16FIRST
 	ROUND8(96)
-	G16NEXT(160)
-	G16NEXT(192)
+	G16NEXT(32)
 	ROUND8(128)
-	G16NEXT(224)
+	G16NEXT(64)
 	ROUND8(160)
-	G16REDUCE
+	G16NEXT(96)
 	ROUND8(192)
+	G16NEXT(128)
 	ROUND8(224)
+	G16NEXT(160)
 	ROUND8(256)
+	G16NEXT(192)
+	G16NEXT(224)
 	ROUND8(288)
+	G16REDUCE
 	CMPQ R8, $10
 	JE   s16LoopLast
 	ROUND8(320)
