@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"golang.org/x/crypto/chacha20poly1305"
+
+	"github.com/keelinit/keel/crypto"
 )
 
 // Benchmarks: batches of benchBatch packets of benchSize bytes (the inner
@@ -46,10 +48,15 @@ type benchPair struct {
 }
 
 func newBenchPair(b *testing.B, xf int) *benchPair {
+	return newBenchPairOn(b, testFramework(b), xf)
+}
+
+// newBenchPairOn is newBenchPair with both engines on fw.
+func newBenchPairOn(b *testing.B, fw *crypto.Framework, xf int) *benchPair {
 	tp := topology{tunnel: true, xform: transforms[xf]}
 	tp.setAddrs(false)
 	ca, cb := tp.configs()
-	bp := &benchPair{ea: newTestEngine(b, Options{}), eb: newTestEngine(b, Options{}), pool: NewPool(0)}
+	bp := &benchPair{ea: newTestEngineOn(b, fw, Options{}), eb: newTestEngineOn(b, fw, Options{}), pool: NewPool(0)}
 	applyText(b, bp.ea, ca)
 	applyText(b, bp.eb, cb)
 	bp.plain = udpPacket(innerA, innerB, 1000, 2000, make([]byte, benchSize-28))

@@ -40,7 +40,13 @@ func testFramework(tb testing.TB) *crypto.Framework {
 // newTestEngine returns an engine bound through the real framework + aesni.
 func newTestEngine(tb testing.TB, opts Options) *Engine {
 	tb.Helper()
-	e := NewEngine(testFramework(tb), opts)
+	return newTestEngineOn(tb, testFramework(tb), opts)
+}
+
+// newTestEngineOn returns an engine bound through fw, closed at cleanup.
+func newTestEngineOn(tb testing.TB, fw *crypto.Framework, opts Options) *Engine {
+	tb.Helper()
+	e := NewEngine(fw, opts)
 	tb.Cleanup(func() { _ = e.Close(testwait.Context(tb)) })
 	return e
 }

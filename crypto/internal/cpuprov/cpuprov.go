@@ -43,6 +43,10 @@ type Primitives struct {
 	// NewChaCha20Poly1305 returns ChaCha20-Poly1305 (RFC 8439) for a
 	// 32-byte key. Nil: ChaCha20-Poly1305 is not claimed.
 	NewChaCha20Poly1305 func(key []byte) (cipher.AEAD, error)
+	// NoNull: ESP NULL with HMAC is not claimed (a provider that brings
+	// only an AEAD would otherwise claim the same stdlib HMAC code as
+	// aesni under its own name).
+	NoNull bool
 }
 
 // CBCBlock is an optional interface of the Block returned by
@@ -65,7 +69,8 @@ type provider struct {
 }
 
 // New returns a Provider for prims described by info. It claims AES-CBC
-// 128/192/256 with every HMAC (if NewAES is set), NULL with every HMAC,
+// 128/192/256 with every HMAC (if NewAES is set), NULL with every HMAC
+// (unless NoNull),
 // AES-GCM 128/256 (if NewGCM is set) and AES-GCM 192 (if NewGCM also
 // accepts a 24-byte key, probed here with a throwaway all-zero key), and
 // ChaCha20-Poly1305 (if NewChaCha20Poly1305 is set). The provider is safe
@@ -85,8 +90,10 @@ func New(info crypto.ProviderInfo, prims Primitives) crypto.Provider {
 			}
 		}
 	}
-	for _, au := range auths {
-		add(crypto.Algorithm{Cipher: crypto.CipherNull, Auth: au})
+	if !prims.NoNull {
+		for _, au := range auths {
+			add(crypto.Algorithm{Cipher: crypto.CipherNull, Auth: au})
+		}
 	}
 	if prims.NewGCM != nil {
 		add(crypto.Algorithm{Cipher: crypto.CipherAESGCM, KeyBits: 128})

@@ -279,3 +279,24 @@ func FuzzDecrypt(f *testing.F) {
 		}
 	})
 }
+
+// TestNoNull: with NoNull a provider bringing only an AEAD claims that
+// AEAD and no NULL+HMAC transform.
+func TestNoNull(t *testing.T) {
+	p := cpuprov.New(crypto.ProviderInfo{Name: "gcm-only"}, cpuprov.Primitives{NewGCM: newGCM, NoNull: true})
+	var got []crypto.Algorithm
+	for _, c := range p.Capabilities() {
+		got = append(got, c.Alg)
+	}
+	want := []crypto.Algorithm{
+		{Cipher: crypto.CipherAESGCM, KeyBits: 128},
+		{Cipher: crypto.CipherAESGCM, KeyBits: 192},
+		{Cipher: crypto.CipherAESGCM, KeyBits: 256},
+	}
+	if !slices.Equal(got, want) {
+		t.Fatalf("capabilities %v, want %v", got, want)
+	}
+	if _, err := p.NewSession(keys(crypto.Algorithm{Cipher: crypto.CipherNull, Auth: crypto.AuthHMACSHA256_128}), func([]*crypto.Request) {}); !errors.Is(err, crypto.ErrUnsupported) {
+		t.Fatalf("NULL session: %v, want ErrUnsupported", err)
+	}
+}

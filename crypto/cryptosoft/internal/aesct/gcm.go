@@ -7,7 +7,7 @@ import (
 	"errors"
 	"math/bits"
 
-	"github.com/keelinit/keel/crypto/cryptosoft/internal/alias"
+	"github.com/keelinit/keel/crypto/internal/alias"
 )
 
 // GCM parameters.

@@ -7,7 +7,7 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/keelinit/keel/crypto/cryptosoft/internal/alias"
+	"github.com/keelinit/keel/crypto/internal/alias"
 )
 
 // AEAD parameters (RFC 8439).

@@ -1,7 +1,7 @@
-// Package alias holds the buffer helpers shared by cryptosoft's AEADs:
-// append-style output allocation and the stdlib's overlap rule (output and
-// input may overlap exactly or not at all), and AEADOutput, which combines
-// them for Seal and Open.
+// Package alias holds the buffer helpers shared by the AEADs of cryptosoft
+// and vaes: append-style output allocation and the stdlib's overlap rule
+// (output and input may overlap exactly or not at all), and AEADOutput,
+// which combines them for Seal and Open.
 package alias
 
 import "unsafe"

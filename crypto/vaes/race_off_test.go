@@ -1,0 +1,5 @@
+//go:build !race
+
+package vaes
+
+const raceEnabled = false
