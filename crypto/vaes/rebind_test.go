@@ -52,19 +52,23 @@ func TestKldloadRebind(t *testing.T) {
 				t.Errorf("kldload vaes: %v", err)
 			}
 		})
+		// A binding moves only when vaes measured at least the
+		// hysteresis margin (10%) faster than aesni, so Best can be vaes
+		// while the bindings rightly stay: either way a measurement
+		// that did not show the margin is retried, not failed.
 		best := fw.Best(algGCM128)
+		stayed := false
 		for _, f := range fails {
-			if best == Name || !strings.Contains(f, `want "vaes"`) {
-				t.Error(f)
+			if strings.Contains(f, `want "vaes"`) && attempt < 3 {
+				stayed = true
+				continue
 			}
+			t.Error(f)
 		}
-		if best == Name || t.Failed() {
+		if !stayed || t.Failed() {
 			break
 		}
-		if attempt == 3 {
-			t.Fatalf("best AES-GCM-128 provider %q after kldload vaes, 3 times, want vaes (measured faster); last measured: %s", best, gcmThroughput(fw))
-		}
-		t.Logf("attempt %d: calibration measured vaes slower than aesni (%s); kldunload and retry", attempt, gcmThroughput(fw))
+		t.Logf("attempt %d: calibration did not measure vaes 10%% faster than aesni (best %s; %s); kldunload and retry", attempt, best, gcmThroughput(fw))
 		if err := l.Unload(ctx, Name); err != nil {
 			t.Fatalf("kldunload vaes: %v", err)
 		}
