@@ -413,28 +413,8 @@ func BenchmarkRatio(b *testing.B) {
 				if dir == "decap" {
 					rawFill, rawOp = fillOpen, open
 				}
-				ps := make([]*Packet, benchBatch)
-				raw := make([][]byte, benchBatch)
-				for i := range ps {
-					ps[i] = bp.pool.Get()
-					// The raw side works in packet buffers of the same
-					// pool, where ESP would put the ESP header, so that
-					// both see the same memory layout.
-					raw[i] = bp.pool.Get().buf[Headroom-24:]
-					if len(raw[i]) < size {
-						b.Fatal("buffer too small")
-					}
-				}
-				// A batch arrives, then is processed: on both sides all
-				// packets are filled first, then processed.
-				rawBatch := func() {
-					for _, p := range raw {
-						rawFill(p)
-					}
-					for _, p := range raw {
-						rawOp(p)
-					}
-				}
+				ps, raw := benchBuffers(b, bp, size)
+				rawBatch := rawBatchOf(raw, rawFill, rawOp)
 				espBatch := func() {
 					if dir == "encap" {
 						for _, p := range ps {
@@ -456,6 +436,36 @@ func BenchmarkRatio(b *testing.B) {
 					b.Fatal(ps[0].Drop)
 				}
 			})
+		}
+	}
+}
+
+// benchBuffers returns a batch of packets of bp's pool for the ESP side
+// and, for the raw side, buffers of packets of the same pool where ESP
+// would put the ESP header, so that both see the same memory layout.
+func benchBuffers(b *testing.B, bp *benchPair, size int) ([]*Packet, [][]byte) {
+	ps := make([]*Packet, benchBatch)
+	raw := make([][]byte, benchBatch)
+	for i := range ps {
+		ps[i] = bp.pool.Get()
+		raw[i] = bp.pool.Get().buf[Headroom-24:]
+		if len(raw[i]) < size {
+			b.Fatal("buffer too small")
+		}
+	}
+	return ps, raw
+}
+
+// rawBatchOf is the raw side of a ratio benchmark: a batch arrives, then
+// is processed; all packets are filled first, then processed, as on the
+// ESP side.
+func rawBatchOf(raw [][]byte, fill, op func([]byte)) func() {
+	return func() {
+		for _, p := range raw {
+			fill(p)
+		}
+		for _, p := range raw {
+			op(p)
 		}
 	}
 }

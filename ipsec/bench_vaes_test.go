@@ -37,23 +37,8 @@ func BenchmarkRatioVaes(b *testing.B) {
 		}
 	}
 	fillSeal, seal, _, _, size := rawOps(b, "aes-128-gcm")
-	ps := make([]*Packet, benchBatch)
-	raw := make([][]byte, benchBatch)
-	for i := range ps {
-		ps[i] = bp.pool.Get()
-		raw[i] = bp.pool.Get().buf[Headroom-24:]
-		if len(raw[i]) < size {
-			b.Fatal("buffer too small")
-		}
-	}
-	rawBatch := func() {
-		for _, p := range raw {
-			fillSeal(p)
-		}
-		for _, p := range raw {
-			seal(p)
-		}
-	}
+	ps, raw := benchBuffers(b, bp, size)
+	rawBatch := rawBatchOf(raw, fillSeal, seal)
 	espBatch := func() {
 		for _, p := range ps {
 			p.SetData(bp.plain)
